@@ -1,0 +1,1 @@
+"""Backends: code generators from IR + schedule genome to runnable kernels."""

@@ -1,0 +1,119 @@
+"""Raw parsed items -> ``ir.Op``: the declaration-level checks.
+
+Catches what is wrong with an op's sections (duplicates, unknown dtypes,
+missing baseline or tolerance) before ``checker.py`` looks at its math.
+"""
+from __future__ import annotations
+
+from . import dtypes, ir
+from .errors import Diagnostic
+from .sizes import NotASize, evaluate
+
+DEVICES = ("cpu", "cuda")
+
+
+class _Collector:
+    def __init__(self, path: str):
+        self.path = path
+        self.diagnostics: list[Diagnostic] = []
+
+    def error(self, loc: ir.Loc, message: str) -> None:
+        self.diagnostics.append(Diagnostic(self.path, loc.line, loc.column, message))
+
+
+def assemble_op(raw, path: str, text: str, out: _Collector) -> ir.Op:
+    _, name, loc, items = raw
+    dims: list[str] = []
+    tensors: list[ir.Tensor] = []
+    statements: list[ir.Statement] = []
+    baseline = tolerance = test = None
+    bench: list[ir.BenchPoint] = []
+    seen: dict[str, ir.Loc] = {}
+
+    def declare(nm: str, where: ir.Loc, what: str) -> None:
+        if nm in seen:
+            out.error(where, f"'{nm}' is already declared (line {seen[nm].line}); {what} "
+                             "names must be unique within an op")
+        seen[nm] = where
+
+    for item in items:
+        kind = item[0]
+        if kind == "dims":
+            for dim, dloc in item[1]:
+                declare(dim, dloc, "dim and tensor")
+                dims.append(dim)
+        elif kind == "tensor":
+            t, dtype_locs = item[1], item[2]
+            declare(t.name, t.loc, "dim and tensor")
+            for dt, dloc in zip(t.dtypes, dtype_locs):
+                if dt not in dtypes.ALL:
+                    out.error(dloc, f"unknown dtype '{dt}'; known: {', '.join(dtypes.ALL)}")
+            if t.like is not None and t.like not in {x.name for x in tensors}:
+                out.error(dtype_locs[0], f"'like {t.like}': no tensor '{t.like}' declared above")
+            tensors.append(t)
+        elif kind == "statement":
+            statements.append(item[1])
+        elif kind == "baseline":
+            if baseline is not None:
+                out.error(item[1].loc, "a second baseline; an op has one")
+            baseline = item[1]
+        elif kind == "tolerance":
+            if tolerance is not None:
+                out.error(item[2], "a second tolerance line; an op has one")
+            tolerance = item[1]
+            for dt, dloc in (item[3] if len(item) > 3 else []):
+                if dt not in dtypes.FLOAT:
+                    out.error(dloc, f"tolerances are per float dtype ({', '.join(dtypes.FLOAT)})"
+                                    f", not '{dt}'")
+        elif kind == "test":
+            if test is not None:
+                out.error(item[2], "a second test line; put all ranges on one")
+            test = item[1]
+        elif kind == "bench":
+            bench.append(_bench_point(item, out))
+
+    if baseline is None:
+        out.error(loc, f"op '{name}' has no baseline (the torch expression to beat)")
+    if tolerance is None:
+        out.error(loc, f"op '{name}' has no tolerance line (per dtype, or 'exact')")
+    if test is None:
+        out.error(loc, f"op '{name}' has no test line (size ranges for correctness checks)")
+    if not bench:
+        out.error(loc, f"op '{name}' has no bench line (the sizes speed is judged on)")
+    if not any(t.role == "out" for t in tensors):
+        out.error(loc, f"op '{name}' declares no output")
+    return ir.Op(name, tuple(dims), tuple(tensors), tuple(statements), baseline, tolerance,
+                 test, tuple(bench), loc, path, text)
+
+
+def _bench_point(item, out: _Collector) -> ir.BenchPoint:
+    _, device, loc, entries = item
+    if device is not None and device not in DEVICES:
+        out.error(loc, f"unknown bench device '{device}'; known: {', '.join(DEVICES)}")
+    sizes, dtype = [], None
+    for key, value, kloc in entries:
+        if key == "dtype":
+            if not isinstance(value, ir.Name) or value.name not in dtypes.ALL:
+                out.error(kloc, f"bench dtype must be one of {', '.join(dtypes.ALL)}")
+            else:
+                dtype = value.name
+            continue
+        try:
+            sizes.append((key, evaluate(value, {})))
+        except NotASize as e:
+            out.error(getattr(e.node, "loc", kloc) or kloc, f"bench size {key}: {e.why}")
+    return ir.BenchPoint(device, tuple(sizes), dtype, loc)
+
+
+def assemble(raw_ops, path: str, text: str) -> tuple[list[ir.Op], list[Diagnostic]]:
+    out = _Collector(path)
+    ops, names = [], {}
+    for raw in raw_ops:
+        op = assemble_op(raw, path, text, out)
+        if op.name in names:
+            out.error(op.loc, f"op '{op.name}' is already declared on line {names[op.name]}")
+        names[op.name] = op.loc.line
+        ops.append(op)
+    if not raw_ops:
+        out.error(ir.Loc(1, 1), "no op declared (a spec starts with 'op NAME')")
+    return ops, out.diagnostics

@@ -1,0 +1,149 @@
+"""Seeded test inputs that satisfy an op's declared domains.
+
+Sizes come from the test ranges: the ranges' ends, edge sizes (1, primes,
+non-powers of two) and log-uniform draws. Inputs follow each tensor's domain;
+jagged offsets include empty and single-element segments; ops that sort get
+cases full of duplicate keys. The same (op, seed) always gives the same cases.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import dtypes, ir
+from .sizes import evaluate, sample
+
+STYLES = ("low", "high", "edge", "edge", "random", "random", "edge", "random")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One case's sizes and dtype, before any input is drawn."""
+    sizes: dict[str, int]
+    dtype: str
+    label: str
+    index: int
+
+    def describe(self) -> str:
+        dims = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        return f"{self.dtype:<5} {self.label:<10} {dims}"
+
+
+@dataclass(frozen=True)
+class Case:
+    shape: Shape
+    inputs: dict[str, np.ndarray] = field(repr=False)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return self.shape.sizes
+
+    @property
+    def dtype(self) -> str:
+        return self.shape.dtype
+
+
+def sorts(op: ir.Op) -> bool:
+    return any(isinstance(n, ir.Collective) or (isinstance(n, ir.Reduce) and n.op.startswith("arg"))
+               for st in op.statements for n in ir.walk(st.value))
+
+
+def jagged(op: ir.Op) -> bool:
+    return any(isinstance(t.domain, ir.Offsets) for t in op.inputs)
+
+
+def shapes(op: ir.Op, seed: int, per_dtype: int = 8, dtype_list=None) -> list[Shape]:
+    out = []
+    for dt in dtype_list or op.dtype_choices:
+        for k in range(per_dtype):
+            rng = random.Random(f"kdsl-cases:{seed}:{op.hash}:{dt}:{k}")
+            style = STYLES[k % len(STYLES)]
+            sizes = sample(op, rng, style)
+            if sizes is None:
+                continue
+            label = style
+            if sorts(op) and k % 3 == 1:
+                label = "duplicates"
+            elif jagged(op) and k % 3 == 2:
+                label = "segments"
+            out.append(Shape(sizes, dt, label, k))
+    return out
+
+
+def draw(op: ir.Op, shape: Shape, seed: int) -> Case:
+    """The inputs of one case, deterministic in (op, shape, seed)."""
+    key = [seed, shape.index, op.dtype_choices.index(shape.dtype)
+           if shape.dtype in op.dtype_choices else 0, int(op.hash[:8], 16)]
+    rng = np.random.default_rng(key)
+    inputs = {t.name: _tensor(op, t, shape, rng) for t in op.inputs}
+    return Case(shape, inputs)
+
+
+def generate(op: ir.Op, seed: int, per_dtype: int = 8, dtype_list=None) -> list[Case]:
+    return [draw(op, s, seed) for s in shapes(op, seed, per_dtype, dtype_list)]
+
+
+def bench_case(op: ir.Op, point: ir.BenchPoint, seed: int = 0) -> Case:
+    shape = Shape(point.size_dict(), point.dtype or op.dtype_choices[0], "bench", 0)
+    return draw(op, shape, seed)
+
+
+def _tensor(op: ir.Op, t: ir.Tensor, shape: Shape, rng: np.random.Generator) -> np.ndarray:
+    dims = tuple(evaluate(e, shape.sizes) for e in t.shape)
+    dt = op.dtype_of(t.name, shape.dtype)
+    kind = dtypes.kind(dt)
+    dom = t.domain
+    if isinstance(dom, ir.Offsets):
+        return _offsets(dims[0], evaluate(dom.total, shape.sizes), shape.label, rng)
+    if isinstance(dom, ir.ValueRange):
+        lo, hi = _bound(dom.lo, shape.sizes), _bound(dom.hi, shape.sizes)
+        if kind == "int":
+            a = rng.integers(int(lo), max(int(hi), int(lo) + 1), size=dims, dtype=np.int64)
+        else:
+            a = rng.uniform(lo, hi, size=dims)
+    elif isinstance(dom, ir.Positive):
+        a = rng.uniform(0.05, 4.0, size=dims) if kind == "float" else \
+            rng.integers(1, 1000, size=dims, dtype=np.int64)
+    elif kind == "bool":
+        a = rng.random(dims) < 0.5
+    elif shape.label == "duplicates":
+        a = rng.integers(0, 6, size=dims, dtype=np.int64)
+    elif kind == "int":
+        info = np.iinfo(np.int32 if dt == "i32" else np.int64)
+        a = rng.integers(info.min, info.max, size=dims, dtype=np.int64, endpoint=True)
+    else:
+        a = rng.standard_normal(dims)
+    return _store(np.asarray(a), dt)
+
+
+def _bound(e: ir.Expr, sizes) -> float:
+    if isinstance(e, ir.Num):
+        return float(e.value)
+    if isinstance(e, ir.Unary) and isinstance(e.operand, ir.Num):
+        return -float(e.operand.value)
+    return float(evaluate(e, sizes))
+
+
+def _offsets(n: int, total: int, label: str, rng: np.random.Generator) -> np.ndarray:
+    """n monotone offsets from 0 to total: n-1 segments, some empty or single in 'segments'."""
+    if n <= 1:
+        return np.zeros(n, dtype=np.int64)
+    cuts = np.sort(rng.integers(0, total + 1, size=n - 2)) if n > 2 else np.zeros(0, np.int64)
+    off = np.concatenate([[0], cuts, [total]]).astype(np.int64)
+    if label == "segments" and n > 2:
+        off[1] = 0  # an empty first segment
+        if n > 3 and total >= 1:
+            off[2] = 1  # a single-element second segment
+        off[1:-1] = np.sort(off[1:-1])
+        off = np.maximum.accumulate(off)
+    return off
+
+
+def _store(a: np.ndarray, dt: str) -> np.ndarray:
+    if dt == "bf16":
+        import torch
+        t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(torch.bfloat16)
+        return t.to(torch.float32).numpy()
+    return a.astype(dtypes.numpy_dtype(dt))

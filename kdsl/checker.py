@@ -1,0 +1,516 @@
+"""Semantic checks of an assembled op, and its resolution into complete IR.
+
+Resolution infers what a spec leaves implicit: the shape of each intermediate
+tensor and the range of every index. The checked op has every ``IndexRange``
+filled in and intermediate tensors declared with role ``tmp``, so later
+stages (reference, backends) never infer anything.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+from dataclasses import dataclass
+
+from . import dtypes, ir
+from .builtins import CASTS, CONSTANTS, ELEMENTWISE, INDEX_BUILTINS
+from .errors import Diagnostic
+from .intervals import IntervalEval
+from .parser import COLLECTIVES, REDUCTIONS, SCANS
+from .sizes import NotASize, corners, evaluate, ranges, valid
+
+BASELINE_NAMES = {"torch", "F", "kt", "math"}
+ZERO = ir.Num(0)
+
+
+class _Stop(Exception):
+    """Raised after recording a diagnostic that makes further checks meaningless."""
+
+
+@dataclass
+class _Index:
+    lo: ir.Expr
+    hi: ir.Expr
+    origin: str  # how the range was learnt, for messages
+    explicit: bool  # an explicit ``i in lo .. hi``: bounds-checked, not extent-matched
+
+
+class Checker:
+    def __init__(self, op: ir.Op, path: str):
+        self.op, self.path = op, path
+        self.diagnostics: list[Diagnostic] = []
+        self.tensors: dict[str, ir.Tensor] = {t.name: t for t in op.tensors}
+        self.defined: set[str] = {t.name for t in op.inputs}
+        self.samples: list[dict[str, int]] = []
+
+    # ---- reporting ----
+    def error(self, loc: ir.Loc, message: str) -> None:
+        loc = loc if loc.line else self.op.loc
+        self.diagnostics.append(Diagnostic(self.path, loc.line, loc.column, message))
+
+    def fatal(self, loc: ir.Loc, message: str):
+        self.error(loc, message)
+        raise _Stop()
+
+    # ---- top level ----
+    def run(self) -> ir.Op | None:
+        try:
+            self.check_dims_and_sizes()
+            if self.diagnostics:
+                return None
+            self.check_dtypes()
+            statements = [self.check_statement(s) for s in self.op.statements]
+            for t in self.op.outputs:
+                if t.name not in self.defined:
+                    self.error(t.loc, f"output '{t.name}' is never assigned")
+            self.check_baseline()
+        except _Stop:
+            return None
+        if self.diagnostics:
+            return None
+        tensors = tuple(self.tensors.values())
+        return dataclasses.replace(self.op, tensors=tensors, statements=tuple(statements))
+
+    def check_dims_and_sizes(self) -> None:
+        op, dims = self.op, set(self.op.dims)
+        for t in op.tensors:
+            for e in t.shape:
+                for node in ir.walk(e):
+                    if isinstance(node, ir.Name) and node.name not in dims:
+                        self.error(node.loc, f"unknown dim '{node.name}' in the shape of "
+                                             f"'{t.name}'; declare it with 'dims'")
+                try:
+                    evaluate(e, {d: 1 for d in dims})
+                except NotASize as err:
+                    self.error(getattr(err.node, "loc", t.loc), err.why)
+        if op.test is None or op.tolerance is None or not op.bench:
+            return
+        tested = set()
+        for r in op.test.ranges:
+            if r.dim not in dims:
+                self.error(r.loc, f"test range for unknown dim '{r.dim}'")
+            tested.add(r.dim)
+            try:
+                lo, hi = evaluate(r.lo, {}), evaluate(r.hi, {})
+                if lo > hi or lo < 0:
+                    self.error(r.loc, f"test range {r.dim} in {lo}..{hi} is empty or negative")
+            except NotASize as err:
+                self.error(getattr(err.node, "loc", r.loc), f"test range of {r.dim}: {err.why}")
+        for d in op.dims:
+            if d not in tested:
+                self.error(op.test.ranges[0].loc if op.test.ranges else op.loc,
+                           f"dim '{d}' has no test range")
+        for point in op.bench:
+            given = dict(point.sizes)
+            for d in given:
+                if d not in dims:
+                    self.error(point.loc, f"bench names unknown dim '{d}'")
+            missing = [d for d in op.dims if d not in given]
+            if missing:
+                self.error(point.loc, f"bench size missing for dim {', '.join(missing)}")
+            if point.dtype is not None and point.dtype not in op.dtype_choices:
+                self.error(point.loc, f"bench dtype {point.dtype} is not one of this op's "
+                                      f"dtypes ({' | '.join(op.dtype_choices)})")
+        if self.diagnostics:
+            return
+        for cond in op.test.conditions:
+            try:
+                evaluate(cond, {d: 1 for d in dims})
+            except NotASize as err:
+                self.error(getattr(err.node, "loc", cond.loc), f"test condition: {err.why}")
+        if self.diagnostics:
+            return
+        for point in op.bench:
+            if not valid(op, point.size_dict()):
+                self.error(point.loc, "bench sizes break a test condition or give a tensor "
+                                      "a negative size")
+        self.samples = corners(op)
+        if not self.samples:
+            self.error(op.test.ranges[0].loc if op.test.ranges else op.loc,
+                       "no sizes in the test ranges satisfy the conditions")
+        self.samples += [p.size_dict() for p in op.bench
+                         if p.size_dict() not in self.samples and valid(op, p.size_dict())]
+
+    def check_dtypes(self) -> None:
+        sets = [t for t in self.op.tensors if t.like is None and len(t.dtypes) > 1]
+        for t in sets[1:]:
+            if set(t.dtypes) != set(sets[0].dtypes):
+                self.error(t.loc, f"dtype conflict: '{t.name}' is {' | '.join(t.dtypes)} but "
+                                  f"'{sets[0].name}' is {' | '.join(sets[0].dtypes)}; an op has "
+                                  f"one dtype variable (write 'like {sets[0].name}')")
+        tol = self.op.tolerance
+        if tol is not None and not tol.exact:
+            covered = {name for name, _, _ in tol.table}
+            floats = {self.op.dtype_of(t.name, d) for t in self.op.tensors
+                      for d in self.op.dtype_choices} & set(dtypes.FLOAT)
+            for dt in sorted(floats - covered):
+                self.error(self.op.loc, f"no tolerance for dtype {dt}")
+
+    # ---- statements ----
+    def check_statement(self, st: ir.Statement) -> ir.Statement:
+        target = self.tensors.get(st.target)
+        scope: dict[str, _Index] = {}
+        if target is not None and target.role == "in":
+            self.fatal(st.loc, f"'{st.target}' is an input and cannot be assigned")
+        if st.target in self.defined:
+            self.fatal(st.loc, f"'{st.target}' is assigned twice")
+        if target is not None:
+            if len(target.shape) != len(st.indices):
+                self.fatal(st.loc, f"'{st.target}' has rank {len(target.shape)} but is "
+                                   f"assigned with {len(st.indices)} indices")
+            for name, dim in zip(st.indices, target.shape):
+                scope[name] = _Index(ZERO, dim, f"dim of {st.target}", False)
+        else:
+            for name in st.indices:
+                ext = self._infer_extent(name, st.value)
+                if ext is None:
+                    self.fatal(st.loc, f"cannot infer the range of index '{name}': "
+                                       f"it never indexes a tensor directly")
+                scope[name] = _Index(ZERO, ext[0], ext[1], False)
+        value = self._resolve(st.value, scope, st, top=True)
+        kind = self.kind(value, set(scope))
+        if target is None:
+            dt = {"float": "f32", "int": "i64", "bool": "bool"}[kind]
+            self.tensors[st.target] = ir.Tensor(st.target, "tmp", (dt,), None,
+                                                tuple(scope[n].hi for n in st.indices),
+                                                None, st.loc)
+        else:
+            want = {dtypes.kind(self.op.dtype_of(st.target, d)) for d in self.op.dtype_choices}
+            if kind == "float" and "float" not in want:
+                self.error(st.loc, f"dtype conflict: the right side is a float but "
+                                   f"'{st.target}' is an integer tensor; cast with i64(...)")
+            elif kind == "bool" and "bool" not in want:
+                self.error(st.loc, f"dtype conflict: the right side is a bool but "
+                                   f"'{st.target}' is not; use where(cond, 1, 0)")
+        self.check_bounds(value, scope)
+        self.defined.add(st.target)
+        return dataclasses.replace(st, value=value)
+
+    def _infer_extent(self, name: str, expr: ir.Expr):
+        for node in ir.walk(expr):
+            if isinstance(node, ir.Access) and node.tensor in self.tensors:
+                t = self.tensors[node.tensor]
+                for p, sub in enumerate(node.subscripts):
+                    if isinstance(sub, ir.Name) and sub.name == name and p < len(t.shape):
+                        return t.shape[p], f"dim {p} of {t.name}"
+        return None
+
+    def _same_extent(self, a: ir.Expr, b: ir.Expr) -> bool:
+        return all(evaluate(a, s) == evaluate(b, s) for s in self.samples)
+
+    def _resolve(self, e: ir.Expr, scope: dict[str, _Index], st: ir.Statement,
+                 top: bool = False) -> ir.Expr:
+        """Check names, ranks and extents; return ``e`` with every index range filled."""
+        rec = lambda x: self._resolve(x, scope, st)  # noqa: E731
+        if isinstance(e, ir.Num):
+            return e
+        if isinstance(e, ir.Name):
+            if e.name not in scope and e.name not in self.op.dims and e.name not in CONSTANTS:
+                self.fatal(e.loc, f"unknown name '{e.name}'")
+            return e
+        if isinstance(e, ir.Access):
+            return self._resolve_access(e, scope, st)
+        if isinstance(e, ir.Unary):
+            return dataclasses.replace(e, operand=rec(e.operand))
+        if isinstance(e, ir.Binary):
+            return dataclasses.replace(e, left=rec(e.left), right=rec(e.right))
+        if isinstance(e, ir.Call):
+            return self._resolve_call(e, scope, st)
+        if isinstance(e, ir.Reduce):
+            inner = dict(scope)
+            ranges_ = tuple(self._bind(r, e.body, inner, st, e.op) for r in e.indices)
+            return dataclasses.replace(e, indices=ranges_,
+                                       body=self._resolve(e.body, inner, st))
+        if isinstance(e, ir.Scan):
+            if e.index not in st.indices:
+                self.fatal(e.loc, f"'{e.op}({e.index})' scans an output index, but "
+                                  f"'{e.index}' is not on the left side")
+            return dataclasses.replace(e, body=rec(e.body))
+        if isinstance(e, ir.Collective):
+            return self._resolve_collective(e, scope, st, top)
+        raise AssertionError(e)
+
+    def _bind(self, r: ir.IndexRange, body: ir.Expr, scope: dict[str, _Index],
+              st: ir.Statement, what: str) -> ir.IndexRange:
+        # A bound index shadows an outer one of the same name inside the body, as in
+        # y[i, j] = e[i, j] / sum(j) e[i, j].
+        if r.lo is not None:
+            lo, hi = self._resolve(r.lo, scope, st), self._resolve(r.hi, scope, st)
+            for bound in (lo, hi):
+                if self.kind(bound, set(scope)) != "int":
+                    self.fatal(bound.loc if hasattr(bound, "loc") else r.loc,
+                               f"the range of '{r.name}' must be integer")
+            scope[r.name] = _Index(lo, hi, "its range", True)
+            return dataclasses.replace(r, lo=lo, hi=hi)
+        ext = self._infer_extent(r.name, body)
+        if ext is None:
+            self.fatal(r.loc, f"cannot infer the range of index '{r.name}'; "
+                              f"write {what}({r.name} in 0..N)")
+        scope[r.name] = _Index(ZERO, ext[0], ext[1], False)
+        return dataclasses.replace(r, lo=ZERO, hi=ext[0])
+
+    def _resolve_access(self, e: ir.Access, scope, st) -> ir.Access:
+        t = self.tensors.get(e.tensor)
+        if t is None or e.tensor not in self.defined:
+            if e.tensor == st.target:
+                self.fatal(e.loc, f"'{e.tensor}' is used on its own right side")
+            if t is None:
+                self.fatal(e.loc, f"unknown tensor '{e.tensor}'")
+            self.fatal(e.loc, f"'{e.tensor}' is read before it is assigned")
+        if len(e.subscripts) != len(t.shape):
+            self.fatal(e.loc, f"rank mismatch: '{e.tensor}' has rank {len(t.shape)} but is "
+                              f"indexed with {len(e.subscripts)} subscripts")
+        subs = []
+        for p, sub in enumerate(e.subscripts):
+            if isinstance(sub, ir.Name) and sub.name not in scope and sub.name not in self.op.dims:
+                self.fatal(sub.loc, f"index '{sub.name}' is free: reduce over it "
+                                    f"(sum({sub.name}) ...) or put it on the left side")
+            sub = self._resolve(sub, scope, st)
+            if isinstance(sub, ir.Name) and sub.name in scope:
+                idx = scope[sub.name]
+                if not idx.explicit and not self._same_extent(idx.hi, t.shape[p]):
+                    self.error(sub.loc, f"shape mismatch: index '{sub.name}' ranges over "
+                                        f"{_show(idx.hi)} ({idx.origin}) but indexes dim {p} "
+                                        f"of '{t.name}', of size {_show(t.shape[p])}")
+            if self.kind(sub, set(scope)) != "int":
+                self.error(getattr(sub, "loc", e.loc), f"subscript {p} of '{e.tensor}' is "
+                                                       "not an integer")
+            subs.append(sub)
+        pad = None if e.pad is None else self._resolve(e.pad, scope, st)
+        if pad is not None:
+            pk, tk = self.kind(pad, set(scope)), dtypes.kind(t.dtypes[0] if t.dtypes else
+                                                             self.op.dtype_of(t.name, self.op.dtype_choices[0]))
+            if pk == "float" and tk != "float":
+                self.error(getattr(pad, "loc", e.loc), f"pad value is a float but "
+                                                       f"'{t.name}' holds integers")
+        return dataclasses.replace(e, subscripts=tuple(subs), pad=pad)
+
+    def _resolve_call(self, e: ir.Call, scope, st) -> ir.Call:
+        if e.fn == "segment_of":
+            if len(e.args) != 2 or not isinstance(e.args[0], ir.Name) \
+                    or e.args[0].name not in self.tensors:
+                self.fatal(e.loc, "segment_of takes an offsets tensor and an index: "
+                                  "segment_of(offsets, i)")
+            off = self.tensors[e.args[0].name]
+            if len(off.shape) != 1 or not isinstance(off.domain, ir.Offsets):
+                self.fatal(e.args[0].loc, f"'{off.name}' must be a 1-D input declared "
+                                          "with an offsets(N) domain")
+            return dataclasses.replace(e, args=(e.args[0], self._resolve(e.args[1], scope, st)))
+        if e.fn in ELEMENTWISE:
+            arity = ELEMENTWISE[e.fn].arity
+        elif e.fn in CASTS:
+            arity = 1
+        elif e.fn in ("triu_row", "triu_col"):
+            arity = 2
+        else:
+            hint = (f"; '{e.fn}(...)' reduces only when a body follows it"
+                    if e.fn in REDUCTIONS + SCANS + COLLECTIVES else "")
+            self.fatal(e.loc, f"unknown function '{e.fn}'{hint}")
+        if len(e.args) != arity:
+            self.fatal(e.loc, f"'{e.fn}' takes {arity} argument{'s' * (arity != 1)}, "
+                              f"got {len(e.args)}")
+        return dataclasses.replace(e, args=tuple(self._resolve(a, scope, st) for a in e.args))
+
+    def _resolve_collective(self, e: ir.Collective, scope, st, top: bool) -> ir.Collective:
+        if not top:
+            self.fatal(e.loc, f"'{e.op}' must be the whole right side of a statement")
+        free_lhs = [n for n in st.indices if n not in _names_in(e.body)]
+        k = None
+        inner = {n: v for n, v in scope.items()}
+        if e.op in ("sort", "argsort"):
+            if e.index.name not in st.indices or e.index.lo is not None:
+                self.fatal(e.loc, f"'{e.op}({e.index.name})' sorts along an output index: "
+                                  f"'{e.index.name}' must be on the left side")
+            index = dataclasses.replace(e.index, lo=ZERO, hi=scope[e.index.name].hi)
+        else:
+            k = self._resolve(e.k, scope, st)
+            if len(free_lhs) != 1:
+                self.fatal(e.loc, f"'{e.op}' fills one output index that its body does not "
+                                  f"use; found {len(free_lhs) or 'none'}")
+            out_axis = scope[free_lhs[0]]
+            try:
+                same = all(evaluate(k, s) == evaluate(out_axis.hi, s) for s in self.samples)
+            except NotASize as err:
+                self.fatal(getattr(e.k, "loc", e.loc), f"k of {e.op}: {err.why}")
+            if not same:
+                self.fatal(e.loc, f"'{e.op}' keeps {_show(k)} values but index "
+                                  f"'{free_lhs[0]}' ranges over {_show(out_axis.hi)}")
+            del inner[free_lhs[0]]
+            index = self._bind(e.index, e.body, inner, st, e.op)
+        body = self._resolve(e.body, inner if e.op not in ("sort", "argsort") else scope, st)
+        return dataclasses.replace(e, index=index, k=k, body=body)
+
+    # ---- types ----
+    def kind(self, e: ir.Expr, indices: set[str]) -> str:
+        k = lambda x: self.kind(x, indices)  # noqa: E731
+        if isinstance(e, ir.Num):
+            return "int" if isinstance(e.value, int) else "float"
+        if isinstance(e, ir.Name):
+            return "float" if e.name in CONSTANTS and e.name not in indices else "int"
+        if isinstance(e, ir.Access):
+            t = self.tensors[e.tensor]
+            kinds = {dtypes.kind(self.op.dtype_of(t.name, d)) if t.role != "tmp"
+                     else dtypes.kind(t.dtypes[0]) for d in self.op.dtype_choices}
+            return "float" if "float" in kinds else kinds.pop()
+        if isinstance(e, ir.Unary):
+            return "bool" if e.op == "not" else k(e.operand)
+        if isinstance(e, ir.Binary):
+            if e.op in ("<", "<=", ">", ">=", "==", "!=", "and", "or"):
+                return "bool"
+            a, b = k(e.left), k(e.right)
+            if e.op in ("/", "**") and not (e.op == "**" and a == b == "int"):
+                return "float"
+            return "float" if "float" in (a, b) else "int"
+        if isinstance(e, ir.Call):
+            if e.fn in CASTS:
+                return CASTS[e.fn]
+            if e.fn in INDEX_BUILTINS:
+                return "int"
+            b = ELEMENTWISE[e.fn]
+            if b.result != "same":
+                return b.result
+            args = e.args[1:] if e.fn == "where" else e.args
+            kinds = {k(a) for a in args}
+            return "float" if "float" in kinds else ("int" if "int" in kinds else "bool")
+        if isinstance(e, ir.Reduce):
+            body = self.kind(e.body, indices | {r.name for r in e.indices})
+            if e.op in ("argmax", "argmin"):
+                return "int"
+            if e.op == "mean":
+                return "float"
+            return "int" if body == "bool" else body
+        if isinstance(e, ir.Scan):
+            return k(e.body)
+        if isinstance(e, ir.Collective):
+            return "int" if e.op.startswith("arg") else \
+                self.kind(e.body, indices | {e.index.name})
+        raise AssertionError(e)
+
+    # ---- bounds ----
+    def check_bounds(self, value: ir.Expr, scope: dict[str, _Index]) -> None:
+        """Every read is in bounds at every sampled size, or padded."""
+        accesses = [n for n in ir.walk(value) if isinstance(n, ir.Access) and n.pad is None]
+        if not accesses:
+            return
+        for sizes in self.samples:
+            ev = IntervalEval(sizes, {}, lambda name: self._value_interval(name, sizes),
+                              lambda name: evaluate(self.tensors[name].shape[0], sizes))
+            for name, idx in scope.items():
+                ev.index[name] = (0, evaluate(idx.hi, sizes) - 1)
+            self._check_reads(value, ev, sizes)
+
+    def _check_reads(self, e: ir.Expr, ev: IntervalEval, sizes) -> None:
+        if isinstance(e, ir.Access) and e.pad is None:
+            t = self.tensors[e.tensor]
+            for p, sub in enumerate(e.subscripts):
+                size = evaluate(t.shape[p], sizes)
+                iv = ev.of(sub)
+                where = ", ".join(f"{k}={v}" for k, v in sizes.items())
+                if iv is None:
+                    self.fatal(getattr(sub, "loc", e.loc),
+                               f"subscript {p} of '{t.name}' may take any value: declare a "
+                               f"domain for the tensor it comes from (in 0..N) or add pad(...)")
+                if size > 0 and (iv[0] < 0 or iv[1] > size - 1):
+                    self.fatal(getattr(sub, "loc", e.loc),
+                               f"index out of range: subscript {p} of '{t.name}' reaches "
+                               f"{int(iv[0])}..{int(iv[1])} but the dim has size {size} "
+                               f"(at {where}); add pad(...) if that is meant")
+        for child in _children(e):
+            if isinstance(e, (ir.Reduce, ir.Collective)) and child is _body(e):
+                ranges_ = e.indices if isinstance(e, ir.Reduce) else (e.index,)
+                self._with_ranges(ranges_, ev, lambda: self._check_reads(child, ev, sizes))
+            else:
+                self._check_reads(child, ev, sizes)
+
+    def _with_ranges(self, ranges_, ev: IntervalEval, fn) -> None:
+        if not ranges_:
+            return fn()
+        ev._bound(ranges_[0], lambda: self._with_ranges(ranges_[1:], ev, fn))
+
+    def _value_interval(self, name: str, sizes):
+        t = self.tensors[name]
+        if isinstance(t.domain, ir.ValueRange):
+            lo, hi = evaluate_or_none(t.domain.lo, sizes), evaluate_or_none(t.domain.hi, sizes)
+            if lo is not None and hi is not None:
+                return (lo, hi - 1)
+        if isinstance(t.domain, ir.Offsets):
+            return (0, evaluate(t.domain.total, sizes))
+        return None  # intermediates are not tracked: reads through them need pad(...)
+
+    # ---- baseline ----
+    def check_baseline(self) -> None:
+        b = self.op.baseline
+        if b is None:
+            return
+        try:
+            tree = ast.parse(b.source, mode="eval")
+        except SyntaxError as err:
+            col = b.loc.column + max((err.offset or 1) - 1, 0)
+            self.error(ir.Loc(b.loc.line, col), f"baseline does not parse: {err.msg}")
+            return
+        known = BASELINE_NAMES | {t.name for t in self.op.inputs} | set(self.op.dims)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id not in known:
+                self.error(ir.Loc(b.loc.line, b.loc.column + node.col_offset),
+                           f"baseline uses unknown name '{node.id}' (it sees the inputs, the "
+                           f"dims, torch, F = torch.nn.functional, math and kt = kdsl.torch_ops)")
+        for t in self.op.inputs:
+            if t.domain is not None:
+                for e in ((t.domain.lo, t.domain.hi) if isinstance(t.domain, ir.ValueRange)
+                          else (t.domain.total,) if isinstance(t.domain, ir.Offsets) else ()):
+                    self._check_domain_bound(t, e)
+
+    def _check_domain_bound(self, t: ir.Tensor, e: ir.Expr) -> None:
+        for node in ir.walk(e):
+            if isinstance(node, ir.Name) and node.name not in self.op.dims:
+                self.error(node.loc or t.loc, f"domain of '{t.name}' uses '{node.name}', "
+                                              "which is not a dim")
+
+
+def evaluate_or_none(e: ir.Expr, sizes) -> float | None:
+    if isinstance(e, ir.Num):
+        return e.value
+    try:
+        return evaluate(e, sizes)
+    except NotASize:
+        return None
+
+
+def _children(e: ir.Expr):
+    if isinstance(e, ir.Access):
+        return list(e.subscripts) + ([e.pad] if e.pad is not None else [])
+    if isinstance(e, ir.Unary):
+        return [e.operand]
+    if isinstance(e, ir.Binary):
+        return [e.left, e.right]
+    if isinstance(e, ir.Call):
+        return [a for a in e.args if not (e.fn == "segment_of" and a is e.args[0])]
+    if isinstance(e, (ir.Reduce, ir.Scan, ir.Collective)):
+        return [e.body]
+    return []
+
+
+def _body(e):
+    return e.body
+
+
+def _names_in(e: ir.Expr) -> set[str]:
+    return {n.name for n in ir.walk(e) if isinstance(n, ir.Name)}
+
+
+def _show(e: ir.Expr) -> str:
+    if isinstance(e, ir.Num):
+        return str(e.value)
+    if isinstance(e, ir.Name):
+        return e.name
+    if isinstance(e, ir.Binary):
+        return f"{_show(e.left)}{e.op}{_show(e.right)}"
+    return "?"
+
+
+def check_op(op: ir.Op, path: str) -> tuple[ir.Op | None, list[Diagnostic]]:
+    c = Checker(op, path)
+    checked = c.run()
+    return checked, c.diagnostics
+
+
+__all__ = ["check_op", "ranges"]

@@ -1,0 +1,60 @@
+"""The subcommands behind ``kdsl``: each takes parsed args and returns an exit code."""
+from __future__ import annotations
+
+import sys
+
+from . import spec as spec_mod
+from .agreement import check_agreement
+from .cases import shapes
+from .errors import SpecError, UsageError
+from .show import format_op
+
+
+def _load_op(path: str, op_name: str | None):
+    spec = spec_mod.load(path)
+    try:
+        return spec_mod.find_op(spec, op_name)
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
+
+
+def cmd_check(args) -> int:
+    status = 0
+    for path in args.files:
+        try:
+            spec = spec_mod.load(path)
+        except SpecError as e:
+            print(e.render(), file=sys.stderr)
+            status = 2
+            continue
+        for op in spec.ops:
+            a = check_agreement(op, seed=args.seed, per_dtype=args.cases)
+            if a.ok:
+                n = len(a.dtypes)
+                print(f"ok {op.name}: {n} dtype{'s' * (n != 1)}, baseline agrees on "
+                      f"{a.cases} cases")
+            else:
+                status = 2
+                print(f"{path}:{op.loc.line}:{op.loc.column}: error: baseline of '{op.name}' "
+                      f"disagrees with the reference on {len(a.failures)} of {a.cases} cases",
+                      file=sys.stderr)
+                for f in a.failures[:5]:
+                    print(f"  {f}", file=sys.stderr)
+    return status
+
+
+def cmd_show(args) -> int:
+    op = _load_op(args.file, args.op) if args.op else None
+    ops = [op] if op else spec_mod.load(args.file).ops
+    print("\n\n".join(format_op(o) for o in ops))
+    return 0
+
+
+def cmd_cases(args) -> int:
+    spec = spec_mod.load(args.file)
+    ops = [_load_op(args.file, args.op)] if args.op else spec.ops
+    for op in ops:
+        print(f"op {op.name} (seed {args.seed})")
+        for s in shapes(op, args.seed, args.cases):
+            print(f"  {s.index:>2} {s.describe()}")
+    return 0

@@ -1,0 +1,148 @@
+"""Judging an output against the float64 reference with the spec's tolerance.
+
+Index outputs of argmax/argmin/argsort/argtopk are judged by what they point
+at, so any correct choice among tied keys passes: the keys at the candidate's
+indices must equal the keys at the reference's, and sort/topk indices must be
+distinct within a row.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ir
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    output: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.output}: {self.message}"
+
+
+def _arg_key(op: ir.Op, st: ir.Statement):
+    """(key tensor, axis, lhs-to-key axis map, distinct?) when an arg output can be judged
+    tie-tolerantly: the body is a plain read of an input by left-side indices and the bound one."""
+    e = st.value
+    if isinstance(e, ir.Reduce) and e.op in ("argmax", "argmin") and len(e.indices) == 1:
+        index, body, distinct = e.indices[0].name, e.body, False
+    elif isinstance(e, ir.Collective) and e.op in ("argsort", "argtopk"):
+        index, body, distinct = e.index.name, e.body, True
+    else:
+        return None
+    if not isinstance(body, ir.Access) or body.pad is not None:
+        return None
+    if op.tensor(body.tensor).role != "in":
+        return None
+    subs = []
+    for s in body.subscripts:
+        if not isinstance(s, ir.Name):
+            return None
+        subs.append(s.name)
+    if index not in subs or len(set(subs)) != len(subs):
+        return None
+    return body.tensor, subs, index, distinct
+
+
+def _gather_keys(keys: np.ndarray, subs, index: str, lhs, idx: np.ndarray) -> np.ndarray:
+    """keys[...] at the positions named by ``idx`` (an array over the left-side indices)."""
+    grids = np.indices(idx.shape, sparse=True)
+    where = {name: grids[p] for p, name in enumerate(lhs)}
+    picks = []
+    for name in subs:
+        picks.append(np.clip(idx, 0, keys.shape[len(picks)] - 1) if name == index
+                     else where[name])
+    return keys[tuple(picks)]
+
+
+def compare(op: ir.Op, dtype: str, got: dict[str, np.ndarray], ref: dict[str, np.ndarray],
+            inputs: dict[str, np.ndarray]) -> Mismatch | None:
+    rtol, atol = op.tolerance.for_dtype(dtype) if not op.tolerance.exact else (0.0, 0.0)
+    for t in op.outputs:
+        r = np.asarray(ref[t.name])
+        g = np.asarray(got.get(t.name)) if t.name in got else None
+        if g is None:
+            return Mismatch(t.name, "missing")
+        if g.shape != r.shape:
+            return Mismatch(t.name, f"shape {g.shape}, expected {r.shape}")
+        st = next(s for s in op.statements if s.target == t.name)
+        arg = _arg_key(op, st)
+        if arg is not None:
+            bad = _compare_indices(op, st, arg, g, r, inputs)
+        elif r.dtype.kind in "iub":
+            bad = _compare_exact(g, r)
+        else:
+            tol = (0.0, 0.0) if op.tolerance.exact else (rtol, atol)
+            bad = _compare_close(g.astype(np.float64), r, *tol)
+        if bad is not None:
+            return Mismatch(t.name, bad)
+    return None
+
+
+def _worst(diff: np.ndarray) -> str:
+    pos = np.unravel_index(int(np.nanargmax(diff)), diff.shape)
+    return "[" + ", ".join(str(int(p)) for p in pos) + "]"
+
+
+def _compare_exact(g, r) -> str | None:
+    if g.dtype.kind == "f":
+        if not np.all(np.isfinite(g)) or not np.array_equal(g, np.round(g)):
+            return "non-integer values in an integer output"
+        g = g.astype(np.int64)
+    wrong = g != r
+    if not wrong.any():
+        return None
+    pos = tuple(int(p) for p in np.argwhere(wrong)[0])
+    return (f"{int(wrong.sum())} of {wrong.size} elements differ; first at "
+            f"[{', '.join(map(str, pos))}]: got {g[pos]}, expected {r[pos]}")
+
+
+def _compare_close(g, r, rtol, atol) -> str | None:
+    ref_nan, got_nan = np.isnan(r), np.isnan(g)
+    if (got_nan & ~ref_nan).any():
+        pos = tuple(int(p) for p in np.argwhere(got_nan & ~ref_nan)[0])
+        return f"NaN at [{', '.join(map(str, pos))}] where the reference is {r[pos]:.6g}"
+    if (ref_nan & ~got_nan).any():
+        pos = tuple(int(p) for p in np.argwhere(ref_nan & ~got_nan)[0])
+        return f"{g[pos]:.6g} at [{', '.join(map(str, pos))}] where the reference is NaN"
+    ok = ref_nan | (g == r)  # equal infinities pass
+    with np.errstate(invalid="ignore"):
+        diff = np.where(ok, 0.0, np.abs(g - r))
+        allowed = atol + rtol * np.abs(np.where(np.isfinite(r), r, 0.0))
+        excess = np.where(ok, -1.0, diff - allowed)
+    excess = np.where(np.isnan(excess), np.inf, excess)
+    if not (excess > 0).any():
+        return None
+    pos = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    n_bad = int((excess > 0).sum())
+    return (f"{n_bad} of {excess.size} elements outside rtol={rtol:g} atol={atol:g}; worst at "
+            f"[{', '.join(str(int(p)) for p in pos)}]: got {g[pos]:.6g}, expected {r[pos]:.6g} "
+            f"(error {diff[pos]:.3g}, allowed {allowed[pos]:.3g})")
+
+
+def _compare_indices(op, st, arg, g, r, inputs) -> str | None:
+    tensor, subs, index, distinct = arg
+    keys = np.asarray(inputs[tensor]).astype(np.float64)
+    g = g.astype(np.int64) if g.dtype.kind == "f" else g
+    extent = keys.shape[subs.index(index)]
+    if (g < 0).any() or (g >= extent).any():
+        pos = tuple(int(p) for p in np.argwhere((g < 0) | (g >= extent))[0])
+        return f"index {g[pos]} at [{', '.join(map(str, pos))}] is outside 0..{extent}"
+    lhs = st.indices
+    want = _gather_keys(keys, subs, index, lhs, r)
+    have = _gather_keys(keys, subs, index, lhs, g)
+    wrong = ~((want == have) | (np.isnan(want) & np.isnan(have)))
+    if wrong.any():
+        pos = tuple(int(p) for p in np.argwhere(wrong)[0])
+        return (f"index {g[pos]} at [{', '.join(map(str, pos))}] points at {have[pos]:.6g}, "
+                f"expected a key equal to {want[pos]:.6g} (index {r[pos]})")
+    if distinct and g.ndim >= 1 and g.shape[-1] > 1:
+        s = np.sort(g, axis=-1)
+        dup = (s[..., 1:] == s[..., :-1]).any(axis=-1)
+        if dup.any():
+            row = tuple(int(p) for p in np.argwhere(dup)[0])
+            return f"row {list(row)} repeats an index"
+    return None

@@ -1,0 +1,329 @@
+"""Text -> IR: the lark parser and the one Transformer that builds the IR.
+
+This stage knows syntax only; meaning is checked in ``checker.py``.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import lark
+from lark import Lark, Token, Transformer, v_args
+
+from . import ir
+from .errors import Diagnostic, SpecError
+
+REDUCTIONS = ("sum", "max", "min", "prod", "mean", "argmax", "argmin")
+SCANS = ("cumsum", "cumprod")
+COLLECTIVES = ("sort", "argsort", "topk", "argtopk")
+MAX_NESTING = 64
+
+_TOKEN_NAMES = {
+    "_NL": "end of line", "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
+    "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','",
+    "COLON": "':'", "EQUAL": "'='", "VBAR": "'|'", "$END": "end of file",
+    "COMPARE": "a comparison", "ADD_OP": "'+' or '-'", "MUL_OP": "'*', '/', '//' or '%'",
+    "MINUS": "'-'", "BASELINE_TEXT": "a torch expression", "__ANON_0": "'..'",
+}
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    grammar = resources.files("kdsl").joinpath("kspec.lark").read_text()
+    return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True,
+                maybe_placeholders=True)
+
+
+def _loc(meta_or_token) -> ir.Loc:
+    line = getattr(meta_or_token, "line", None)
+    col = getattr(meta_or_token, "column", None)
+    if line is None:
+        return ir.NO_LOC
+    return ir.Loc(line, col)
+
+
+class _Invalid(Exception):
+    def __init__(self, loc: ir.Loc, message: str):
+        self.loc, self.message = loc, message
+
+
+@v_args(meta=True)
+class _ToIR(Transformer):
+    """One method per grammar rule alias; each returns IR nodes."""
+
+    def start(self, meta, ops):
+        return tuple(ops)
+
+    # ---- expressions ----
+    def int_literal(self, meta, c):
+        return ir.Num(int(str(c[0]).replace("_", "")), _loc(c[0]))
+
+    def float_literal(self, meta, c):
+        return ir.Num(float(str(c[0]).replace("_", "")), _loc(c[0]))
+
+    def name(self, meta, c):
+        return ir.Name(str(c[0]), _loc(c[0]))
+
+    def access(self, meta, c):
+        name, *rest = c
+        pad = rest[-1]
+        subs = tuple(x for x in rest[:-1] if x is not None)
+        return ir.Access(str(name), subs, pad, _loc(name))
+
+    def neg(self, meta, c):
+        if isinstance(c[0], ir.Num):
+            return ir.Num(-c[0].value, _loc(meta))
+        return ir.Unary("neg", c[0], _loc(meta))
+
+    def not_(self, meta, c):
+        return ir.Unary("not", c[0], _loc(meta))
+
+    def binary(self, meta, c):
+        return ir.Binary(str(c[1]), c[0], c[2], _loc(c[1]))
+
+    def compare(self, meta, c):
+        return ir.Binary(str(c[1]), c[0], c[2], _loc(c[1]))
+
+    def pow_(self, meta, c):
+        return ir.Binary("**", c[0], c[1], _loc(meta))
+
+    def and_(self, meta, c):
+        return ir.Binary("and", c[0], c[1], _loc(meta))
+
+    def or_(self, meta, c):
+        return ir.Binary("or", c[0], c[1], _loc(meta))
+
+    def ranged_index(self, meta, c):
+        return ir.IndexRange(str(c[0]), c[1], c[2], _loc(c[0]))
+
+    def call(self, meta, c):
+        fn_tok, *rest = c
+        fn, loc = str(fn_tok), _loc(fn_tok)
+        body = rest[-1]
+        args = tuple(a for a in rest[:-1] if a is not None)
+        if body is None:
+            for a in args:
+                if isinstance(a, ir.IndexRange):
+                    raise _Invalid(a.loc, f"'{a.name} in ..' ranges belong to a reduction, "
+                                          f"but '{fn}(...)' has no body after it")
+            return ir.Call(fn, args, loc)
+        return self._bound_form(fn, loc, args, body)
+
+    def _bound_form(self, fn, loc, args, body):
+        def as_index(a) -> ir.IndexRange:
+            if isinstance(a, ir.IndexRange):
+                return a
+            if isinstance(a, ir.Name):
+                return ir.IndexRange(a.name, None, None, a.loc)
+            raise _Invalid(getattr(a, "loc", loc),
+                           f"'{fn}(...)' takes index names here, like {fn}(j)")
+
+        if fn in REDUCTIONS:
+            if not args:
+                raise _Invalid(loc, f"'{fn}()' needs the indices to reduce over, like {fn}(j)")
+            return ir.Reduce(fn, tuple(as_index(a) for a in args), body, loc)
+        if fn in SCANS:
+            if len(args) != 1 or not isinstance(args[0], ir.Name):
+                raise _Invalid(loc, f"'{fn}' scans one output index, like {fn}(j) x[i, j]")
+            return ir.Scan(fn, args[0].name, body, loc)
+        if fn in COLLECTIVES:
+            wants_k = fn in ("topk", "argtopk")
+            if len(args) != (2 if wants_k else 1):
+                form = f"{fn}(j, K)" if wants_k else f"{fn}(j)"
+                raise _Invalid(loc, f"'{fn}' is written {form} followed by its body")
+            return ir.Collective(fn, as_index(args[0]), args[1] if wants_k else None, body, loc)
+        raise _Invalid(loc, f"'{fn}' is not a reduction, scan or collective; "
+                            f"known: {', '.join(REDUCTIONS + SCANS + COLLECTIVES)}")
+
+    # ---- declarations ----
+    def dims_decl(self, meta, c):
+        return ("dims", [(str(t), _loc(t)) for t in c])
+
+    def dtype_set(self, meta, c):
+        return ("set", tuple(str(t) for t in c), [_loc(t) for t in c])
+
+    def dtype_like(self, meta, c):
+        return ("like", str(c[0]), [_loc(c[0])])
+
+    def shape(self, meta, c):
+        return tuple(x for x in c if x is not None)
+
+    def range_domain(self, meta, c):
+        return ir.ValueRange(c[0], c[1])
+
+    def named_domain(self, meta, c):
+        name, arg = str(c[0]), c[1]
+        if name == "offsets":
+            if arg is None:
+                raise _Invalid(_loc(c[0]), "offsets need their total length, like offsets(N)")
+            return ir.Offsets(arg)
+        if name == "positive":
+            if arg is not None:
+                raise _Invalid(_loc(c[0]), "'positive' takes no argument")
+            return ir.Positive()
+        raise _Invalid(_loc(c[0]), f"unknown input domain '{name}'; "
+                                   "known: in LO..HI, offsets(N), positive")
+
+    def _tensor(self, role, c):
+        name, dt, shape, *domain = c
+        kind, value, _locs = dt
+        dtypes = value if kind == "set" else ()
+        like = value if kind == "like" else None
+        dom = domain[0] if domain else None
+        return ("tensor", ir.Tensor(str(name), role, dtypes, like, shape, dom, _loc(name)), _locs)
+
+    def input_decl(self, meta, c):
+        return self._tensor("in", c)
+
+    def output_decl(self, meta, c):
+        return self._tensor("out", c)
+
+    def statement(self, meta, c):
+        target, *rest = c
+        value = rest[-1]
+        subs = [s for s in rest[:-1] if s is not None]
+        names = []
+        for s in subs:
+            if not isinstance(s, ir.Name):
+                raise _Invalid(getattr(s, "loc", _loc(target)),
+                               "the left side is indexed by plain index names, like y[i, j]")
+            if s.name in names:
+                raise _Invalid(s.loc, f"index '{s.name}' appears twice on the left side")
+            names.append(s.name)
+        return ("statement", ir.Statement(str(target), tuple(names), value, _loc(target)))
+
+    def baseline_decl(self, meta, c):
+        tok = c[0]
+        text = str(tok)
+        lead = len(text) - len(text.lstrip())
+        return ("baseline", ir.Baseline(text.strip(), ir.Loc(tok.line, tok.column + lead)))
+
+    def tolerance_exact(self, meta, c):
+        return ("tolerance", ir.Tolerance(True), _loc(meta))
+
+    def keyword_arg(self, meta, c):
+        return (str(c[0]), c[1], _loc(c[0]))
+
+    def tolerance_entry(self, meta, c):
+        return (str(c[0]), _loc(c[0]), c[1:])
+
+    def tolerance_table(self, meta, entries):
+        table = []
+        for dtype, loc, kwargs in entries:
+            vals = {}
+            for key, value, kloc in kwargs:
+                if key not in ("rtol", "atol"):
+                    raise _Invalid(kloc, f"unknown tolerance '{key}'; use rtol= and atol=")
+                if not isinstance(value, ir.Num):
+                    raise _Invalid(kloc, f"'{key}' must be a number")
+                vals[key] = float(value.value)
+            table.append((dtype, vals.get("rtol", 0.0), vals.get("atol", 0.0), loc))
+        return ("tolerance", ir.Tolerance(False, tuple(t[:3] for t in table)), _loc(meta),
+                [(t[0], t[3]) for t in table])
+
+    def size_range(self, meta, c):
+        return ir.SizeRange(str(c[0]), c[1], c[2], _loc(c[0]))
+
+    def condition(self, meta, c):
+        return c[0]
+
+    def test_decl(self, meta, c):
+        ranges = tuple(x for x in c if isinstance(x, ir.SizeRange))
+        conds = tuple(x for x in c if x is not None and not isinstance(x, ir.SizeRange))
+        return ("test", ir.TestSizes(ranges, conds), _loc(meta))
+
+    def bench_item(self, meta, c):
+        return (str(c[0]), c[1], _loc(c[0]))
+
+    def bench_decl(self, meta, c):
+        device, *items = c
+        return ("bench", None if device is None else str(device), _loc(device or meta), items)
+
+    def op(self, meta, c):
+        name, *items = c
+        return ("op", str(name), _loc(name), items)
+
+
+def check_nesting(text: str, path: str) -> None:
+    """Refuse absurd nesting before parsing, so deep input cannot exhaust the stack."""
+    depth, line, col = 0, 1, 0
+    for ch in text:
+        col += 1
+        if ch == "\n":
+            line, col = line + 1, 0
+        elif ch in "([":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise SpecError([Diagnostic(path, line, col,
+                                            f"brackets nested deeper than {MAX_NESTING} levels")],
+                                text)
+        elif ch in ")]":
+            depth = max(depth - 1, 0)
+
+
+def _describe_expected(expected) -> str:
+    names = sorted({_TOKEN_NAMES.get(e, repr(e.lower()) if e.isupper() else e) for e in expected})
+    names = [n for n in names if n]
+    if len(names) > 6:
+        names = names[:6] + ["..."]
+    return ", ".join(names)
+
+
+def _syntax_error(e: lark.exceptions.LarkError, path: str, text: str) -> SpecError:
+    if isinstance(e, lark.exceptions.UnexpectedCharacters):
+        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else "?"
+        shown = repr(ch) if ch.isprintable() else f"byte {ord(ch):#04x}"
+        return SpecError([Diagnostic(path, e.line, e.column, f"unexpected character {shown}")],
+                         text)
+    if isinstance(e, lark.exceptions.UnexpectedToken):
+        tok = e.token
+        if tok.type == "$END":
+            lines = text.splitlines() or [""]
+            return SpecError([Diagnostic(path, len(lines), len(lines[-1]) + 1,
+                                         f"unexpected end of file; expected "
+                                         f"{_describe_expected(e.expected)}")], text)
+        shown = "end of line" if tok.type == "_NL" else repr(str(tok))
+        return SpecError([Diagnostic(path, tok.line, tok.column,
+                                     f"unexpected {shown}; expected "
+                                     f"{_describe_expected(e.expected)}")], text)
+    if isinstance(e, lark.exceptions.UnexpectedEOF):
+        lines = text.splitlines() or [""]
+        return SpecError([Diagnostic(path, len(lines), len(lines[-1]) + 1,
+                                     "unexpected end of file")], text)
+    return SpecError([Diagnostic(path, 1, 1, f"cannot parse: {e}")], text)
+
+
+def decode(data: bytes, path: str) -> str:
+    """Bytes -> text, with a located error for anything that is not UTF-8 text."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        prefix = data[:e.start].decode("utf-8", errors="replace")
+        line = prefix.count("\n") + 1
+        col = len(prefix) - (prefix.rfind("\n") + 1) + 1
+        raise SpecError([Diagnostic(path, line, col,
+                                    f"not UTF-8 text (byte {data[e.start]:#04x})")], None)
+    nul = text.find("\x00")
+    if nul >= 0:
+        prefix = text[:nul]
+        line = prefix.count("\n") + 1
+        col = nul - (prefix.rfind("\n") + 1) + 1
+        raise SpecError([Diagnostic(path, line, col, "binary data (a NUL byte) in a spec")], text)
+    return text
+
+
+def parse_tree(text: str, path: str):
+    """Text -> raw items per op (tuples from the Transformer); syntax errors as SpecError."""
+    check_nesting(text, path)
+    try:
+        tree = _lark().parse(text if text.endswith("\n") else text + "\n")
+    except lark.exceptions.LarkError as e:
+        raise _syntax_error(e, path, text) from None
+    try:
+        return _ToIR().transform(tree)
+    except lark.exceptions.VisitError as e:
+        inner = e.orig_exc
+        if isinstance(inner, _Invalid):
+            raise SpecError([Diagnostic(path, inner.loc.line, inner.loc.column, inner.message)],
+                            text) from None
+        raise

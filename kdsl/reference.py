@@ -1,0 +1,286 @@
+"""The oracle: a numpy interpreter of checked IR, in float64 (int64 for integers).
+
+A statement is evaluated over a grid of axes: one per left-side index, plus
+one appended for every bound index (reduction, collective) while its body is
+evaluated. Every array inside a scope has exactly as many dimensions as the
+scope has axes, so broadcasting lines them up. Large statements are evaluated
+in chunks of the first left-side index to bound memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes, ir
+from .builtins import CASTS, CONSTANTS, ELEMENTWISE, segment_of, triu_pairs
+from .sizes import evaluate
+
+CHUNK_ELEMENTS = 1 << 22
+
+
+@dataclass
+class _Scope:
+    ndim: int
+    bound: dict[str, np.ndarray]  # index name -> its values (ndim dims)
+    mask: np.ndarray | bool  # False where a data-dependent index runs past its range
+
+
+class Reference:
+    def __init__(self, op: ir.Op, sizes: dict[str, int]):
+        self.op, self.sizes = op, sizes
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env: dict[str, np.ndarray] = {}
+        for t in self.op.inputs:
+            a = np.asarray(inputs[t.name])
+            env[t.name] = a.astype(np.float64 if a.dtype.kind == "f" else
+                                   np.bool_ if a.dtype.kind == "b" else np.int64)
+        self.env = env
+        with np.errstate(all="ignore"):
+            for st in self.op.statements:
+                env[st.target] = self.statement(st)
+        return {t.name: env[t.name] for t in self.op.outputs}
+
+    # ---- statements ----
+    def statement(self, st: ir.Statement) -> np.ndarray:
+        target = self.op.tensor(st.target)
+        shape = tuple(evaluate(e, self.sizes) for e in target.shape)
+        if not shape:
+            return _canonical(np.asarray(self._eval_block(st, shape, 0, 1)))
+        rows = shape[0]
+        per_row = max(int(np.prod(shape[1:], dtype=np.int64)) * self._inner_work(st.value), 1)
+        chunk = rows if _touches_first_axis(st) else max(1, CHUNK_ELEMENTS // per_row)
+        blocks = [_canonical(self._eval_block(st, shape, start, min(rows, start + chunk)))
+                  for start in range(0, rows, chunk)]
+        if not blocks:  # zero rows
+            return np.zeros(shape, dtype=_empty_dtype(st, self))
+        return np.concatenate(blocks, axis=0) if len(blocks) > 1 else np.ascontiguousarray(blocks[0])
+
+    def _eval_block(self, st, shape, start, stop) -> np.ndarray:
+        n = len(shape)
+        bound = {}
+        for p, name in enumerate(st.indices):
+            lo, hi = (start, stop) if p == 0 else (0, shape[p])
+            bound[name] = _axis(np.arange(lo, hi, dtype=np.int64), p, n)
+        block = (stop - start,) + tuple(shape[1:])
+        self.lhs = st.indices
+        value = self.eval(st.value, _Scope(n, bound, True))
+        return np.broadcast_to(value, block)
+
+    def _inner_work(self, e: ir.Expr) -> int:
+        """An upper bound on the elements a bound index multiplies a row by."""
+        work = 1
+        for node in ir.walk(e):
+            ranges = node.indices if isinstance(node, ir.Reduce) else \
+                (node.index,) if isinstance(node, ir.Collective) else ()
+            for r in ranges:
+                try:
+                    work *= max(evaluate(r.hi, self.sizes) - evaluate(r.lo, self.sizes), 1)
+                except Exception:
+                    work *= max(max(self.sizes.values(), default=1), 1)
+        return work
+
+    # ---- expressions ----
+    def eval(self, e: ir.Expr, sc: _Scope):
+        if isinstance(e, ir.Num):
+            return e.value
+        if isinstance(e, ir.Name):
+            if e.name in sc.bound:
+                return sc.bound[e.name]
+            if e.name in self.sizes:
+                return self.sizes[e.name]
+            return CONSTANTS[e.name]
+        if isinstance(e, ir.Access):
+            return self.access(e, sc)
+        if isinstance(e, ir.Unary):
+            v = self.eval(e.operand, sc)
+            return np.logical_not(v) if e.op == "not" else np.negative(v)
+        if isinstance(e, ir.Binary):
+            return _binary(e.op, self.eval(e.left, sc), self.eval(e.right, sc))
+        if isinstance(e, ir.Call):
+            return self.call(e, sc)
+        if isinstance(e, ir.Reduce):
+            return self.reduce(e, sc)
+        if isinstance(e, ir.Scan):
+            return self.scan(e, sc)
+        if isinstance(e, ir.Collective):
+            return self.collective(e, sc)
+        raise AssertionError(e)
+
+    def access(self, e: ir.Access, sc: _Scope):
+        data = self.env[e.tensor]
+        subs = [np.asarray(self.eval(s, sc), dtype=np.int64) for s in e.subscripts]
+        if e.pad is None:
+            subs = [np.clip(s, 0, max(n - 1, 0)) for s, n in zip(subs, data.shape)]
+            # Clipping only matters on masked-out lanes; the checker proved the rest in range.
+            return data[tuple(subs)] if data.size else np.zeros(np.broadcast(*subs).shape)
+        inside = np.ones((), dtype=bool)
+        for s, n in zip(subs, data.shape):
+            inside = inside & (s >= 0) & (s < n)
+        clipped = [np.clip(s, 0, max(n - 1, 0)) for s, n in zip(subs, data.shape)]
+        values = data[tuple(clipped)] if data.size else np.zeros(np.broadcast(*subs).shape)
+        return np.where(inside, values, self.eval(e.pad, sc))
+
+    def call(self, e: ir.Call, sc: _Scope):
+        if e.fn == "segment_of":
+            return segment_of(self.env[e.args[0].name], np.asarray(self.eval(e.args[1], sc)))
+        if e.fn in ("triu_row", "triu_col"):
+            p = np.asarray(self.eval(e.args[0], sc), dtype=np.int64)
+            rows, cols = triu_pairs(int(self.eval(e.args[1], sc)))
+            table = rows if e.fn == "triu_row" else cols
+            return table[np.clip(p, 0, max(len(table) - 1, 0))] if len(table) else p * 0
+        args = [self.eval(a, sc) for a in e.args]
+        if e.fn in CASTS:
+            kind = CASTS[e.fn]
+            a = np.asarray(args[0])
+            if kind == "float":
+                return a.astype(np.float64)
+            if kind == "int":
+                return np.trunc(a).astype(np.int64) if a.dtype.kind == "f" else a.astype(np.int64)
+            return a != 0
+        return ELEMENTWISE[e.fn].numpy(*args)
+
+    def _enter(self, r: ir.IndexRange, sc: _Scope) -> _Scope:
+        """A scope with one more axis for index ``r``."""
+        lo = np.asarray(self.eval(r.lo, sc), dtype=np.int64)
+        hi = np.asarray(self.eval(r.hi, sc), dtype=np.int64)
+        length = np.maximum(hi - lo, 0)
+        extent = int(length.max()) if length.size else 0
+        n = sc.ndim + 1
+        steps = _axis(np.arange(extent, dtype=np.int64), n - 1, n)
+        values = np.expand_dims(lo, -1) + steps if lo.ndim else lo + steps
+        inside = steps < (np.expand_dims(length, -1) if length.ndim else length)
+        mask = np.expand_dims(sc.mask, -1) & inside if np.ndim(sc.mask) else inside
+        bound = {k: np.expand_dims(v, -1) if np.ndim(v) else v for k, v in sc.bound.items()}
+        bound[r.name] = values
+        return _Scope(n, bound, mask)
+
+    def reduce(self, e: ir.Reduce, sc: _Scope):
+        inner = sc
+        for r in e.indices:
+            inner = self._enter(r, inner)
+        body = np.asarray(self.eval(e.body, inner))
+        mask = inner.mask
+        full = np.broadcast_shapes(np.shape(body), np.shape(mask))
+        body = np.broadcast_to(body, full)
+        axes = tuple(range(sc.ndim, inner.ndim))
+        is_int = body.dtype.kind in "iub"
+        if e.op == "sum":
+            return np.where(mask, body, 0).sum(axis=axes)
+        if e.op == "prod":
+            return np.where(mask, body, 1).prod(axis=axes)
+        if e.op == "mean":
+            count = np.broadcast_to(mask, full).sum(axis=axes)
+            return np.where(mask, body, 0).sum(axis=axes) / count
+        if e.op in ("max", "min"):
+            low = np.iinfo(np.int64).min if is_int else -np.inf
+            ident = low if e.op == "max" else (np.iinfo(np.int64).max if is_int else np.inf)
+            filled = np.where(mask, body, ident)
+            return filled.max(axis=axes) if e.op == "max" else filled.min(axis=axes)
+        # argmax / argmin over one index: the index value of the first extreme element
+        ident = -np.inf if e.op == "argmax" else np.inf
+        filled = np.where(mask, body.astype(np.float64), ident)
+        pos = filled.argmax(axis=-1) if e.op == "argmax" else filled.argmin(axis=-1)
+        values = np.broadcast_to(inner.bound[e.indices[0].name], full)
+        return np.take_along_axis(values, pos[..., None], axis=-1)[..., 0]
+
+    def scan(self, e: ir.Scan, sc: _Scope):
+        axis = self.lhs.index(e.index)
+        body = np.asarray(self.eval(e.body, sc))
+        shape = np.broadcast_shapes(body.shape, sc.bound[e.index].shape)
+        body = np.broadcast_to(body, shape)
+        return np.cumsum(body, axis=axis) if e.op == "cumsum" else np.cumprod(body, axis=axis)
+
+    def collective(self, e: ir.Collective, sc: _Scope):
+        if e.op in ("sort", "argsort"):
+            axis = self.lhs.index(e.index.name)
+            body = np.asarray(self.eval(e.body, sc))
+            body = np.broadcast_to(body, np.broadcast_shapes(body.shape,
+                                                             sc.bound[e.index.name].shape))
+            order = np.argsort(body, axis=axis, kind="stable")
+            if e.op == "argsort":
+                return order
+            return np.take_along_axis(body, order, axis=axis)
+        out_name = next(n for n in self.lhs if n not in
+                        {x.name for x in ir.walk(e.body) if isinstance(x, ir.Name)})
+        out_axis = self.lhs.index(out_name)
+        k = int(self.eval(e.k, sc))
+        inner = self._enter(e.index, sc)
+        body = np.asarray(self.eval(e.body, inner))
+        full = np.broadcast_shapes(body.shape, np.shape(inner.mask),
+                                   np.shape(inner.bound[e.index.name]))
+        body = np.broadcast_to(body, full)
+        key = ~body if body.dtype.kind in "iu" else -body.astype(np.float64)
+        order = np.argsort(key, axis=-1, kind="stable")[..., :k]
+        if e.op == "topk":
+            picked = np.take_along_axis(body, order, axis=-1)
+        else:
+            picked = np.take_along_axis(np.broadcast_to(inner.bound[e.index.name], full),
+                                        order, axis=-1)
+        picked = np.take(picked, 0, axis=out_axis) if picked.shape[out_axis] == 1 else picked
+        return np.moveaxis(picked, -1, out_axis)
+
+
+def _axis(values: np.ndarray, p: int, n: int) -> np.ndarray:
+    shape = [1] * n
+    shape[p] = len(values)
+    return values.reshape(shape)
+
+
+def _binary(op: str, a, b):
+    if op == "+":
+        return np.add(a, b)
+    if op == "-":
+        return np.subtract(a, b)
+    if op == "*":
+        return np.multiply(a, b)
+    if op == "/":
+        return np.true_divide(a, b)
+    if op == "//":
+        return np.floor_divide(a, b)
+    if op == "%":
+        return np.mod(a, b)
+    if op == "**":
+        return np.power(np.asarray(a, dtype=np.float64), b)
+    if op == "and":
+        return np.logical_and(a, b)
+    if op == "or":
+        return np.logical_or(a, b)
+    return {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+            "==": np.equal, "!=": np.not_equal}[op](a, b)
+
+
+def _canonical(a) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.kind == "f":
+        return a.astype(np.float64)
+    if a.dtype.kind == "b":
+        return a.astype(np.bool_)
+    return a.astype(np.int64)
+
+
+def _empty_dtype(st: ir.Statement, ref: "Reference"):
+    """The dtype of a statement with no rows: evaluate it on a one-row grid instead."""
+    target = ref.op.tensor(st.target)
+    if target.role == "tmp":
+        return {"float": np.float64, "int": np.int64, "bool": np.bool_}[dtypes.kind(target.dtypes[0])]
+    return np.float64
+
+
+def _touches_first_axis(st: ir.Statement) -> bool:
+    """Scans and sorts along the first left-side index need the whole axis at once."""
+    if not st.indices:
+        return True
+    first = st.indices[0]
+    for node in ir.walk(st.value):
+        if isinstance(node, ir.Scan) and node.index == first:
+            return True
+        if isinstance(node, ir.Collective):
+            return True
+    return False
+
+
+def reference(op: ir.Op, sizes: dict[str, int], inputs: dict[str, np.ndarray]):
+    """Outputs of ``op`` on ``inputs`` (float64 / int64 / bool arrays)."""
+    return Reference(op, sizes).run(inputs)

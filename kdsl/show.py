@@ -1,0 +1,81 @@
+"""Readable text for IR nodes: ``kdsl show`` and error messages use it."""
+from __future__ import annotations
+
+from . import ir
+
+_PREC = {"or": 1, "and": 2, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
+         "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6, "**": 8}
+
+
+def format_expr(e: ir.Expr, parent: int = 0) -> str:
+    if isinstance(e, ir.Num):
+        return repr(e.value)
+    if isinstance(e, ir.Name):
+        return e.name
+    if isinstance(e, ir.Access):
+        s = f"{e.tensor}[{', '.join(format_expr(x) for x in e.subscripts)}]"
+        return s + (f" pad({format_expr(e.pad)})" if e.pad is not None else "")
+    if isinstance(e, ir.Unary):
+        s = ("-" if e.op == "neg" else "not ") + format_expr(e.operand, 7)
+        return f"({s})" if parent > 7 else s
+    if isinstance(e, ir.Binary):
+        p = _PREC[e.op]
+        s = f"{format_expr(e.left, p)} {e.op} {format_expr(e.right, p + 1)}"
+        return f"({s})" if p < parent else s
+    if isinstance(e, ir.Call):
+        return f"{e.fn}({', '.join(format_expr(a) for a in e.args)})"
+    if isinstance(e, ir.Reduce):
+        idx = ", ".join(_format_range(r) for r in e.indices)
+        return f"{e.op}({idx}) {format_expr(e.body, 9)}"
+    if isinstance(e, ir.Scan):
+        return f"{e.op}({e.index}) {format_expr(e.body, 9)}"
+    if isinstance(e, ir.Collective):
+        k = f", {format_expr(e.k)}" if e.k is not None else ""
+        return f"{e.op}({_format_range(e.index)}{k}) {format_expr(e.body, 9)}"
+    raise TypeError(type(e).__name__)
+
+
+def _format_range(r: ir.IndexRange) -> str:
+    if r.lo is None:
+        return r.name
+    return f"{r.name} in {format_expr(r.lo)} .. {format_expr(r.hi)}"
+
+
+def _format_domain(d) -> str:
+    if isinstance(d, ir.ValueRange):
+        return f" in {format_expr(d.lo)}..{format_expr(d.hi)}"
+    if isinstance(d, ir.Offsets):
+        return f" offsets({format_expr(d.total)})"
+    if isinstance(d, ir.Positive):
+        return " positive"
+    return ""
+
+
+def format_tensor(t: ir.Tensor) -> str:
+    dt = f"like {t.like}" if t.like else " | ".join(t.dtypes)
+    shape = ", ".join(format_expr(s) for s in t.shape)
+    return f"{t.role:<3} {t.name}: {dt} [{shape}]{_format_domain(t.domain)}"
+
+
+def format_op(op: ir.Op) -> str:
+    lines = [f"op {op.name}  (hash {op.hash})", f"  dims {', '.join(op.dims)}"]
+    lines += [f"  {format_tensor(t)}" for t in op.tensors]
+    for s in op.statements:
+        lines.append(f"  {s.target}[{', '.join(s.indices)}] = {format_expr(s.value)}")
+    if op.baseline:
+        lines.append(f"  baseline {op.baseline.source}")
+    if op.tolerance:
+        tol = "exact" if op.tolerance.exact else " ".join(
+            f"{d}(rtol={r:g}, atol={a:g})" for d, r, a in op.tolerance.table)
+        lines.append(f"  tolerance {tol}")
+    if op.test:
+        rng = ", ".join(f"{r.dim} in {format_expr(r.lo)}..{format_expr(r.hi)}"
+                        for r in op.test.ranges)
+        cond = " where " + " and ".join(format_expr(c) for c in op.test.conditions) \
+            if op.test.conditions else ""
+        lines.append(f"  test {rng}{cond}")
+    for b in op.bench:
+        dev = f"{b.device}: " if b.device else ""
+        dt = f", dtype={b.dtype}" if b.dtype else ""
+        lines.append(f"  bench {dev}{', '.join(f'{k}={v}' for k, v in b.sizes)}{dt}")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Knowledge: hardware and backend notes, prompt templates, retrieval."""

@@ -1,0 +1,1 @@
+"""Search: candidates, policies, operators, evaluator, executors, run store."""

@@ -1,0 +1,1 @@
+"""The operator library: .kspec files shipped as package data."""
