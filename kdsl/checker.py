@@ -197,6 +197,9 @@ class Checker:
     def _same_extent(self, a: ir.Expr, b: ir.Expr) -> bool:
         return all(evaluate(a, s) == evaluate(b, s) for s in self.samples)
 
+    def _fits(self, a: ir.Expr, b: ir.Expr) -> bool:
+        return all(evaluate(a, s) <= evaluate(b, s) for s in self.samples)
+
     def _resolve(self, e: ir.Expr, scope: dict[str, _Index], st: ir.Statement,
                  top: bool = False) -> ir.Expr:
         """Check names, ranks and extents; return ``e`` with every index range filled."""
@@ -267,7 +270,9 @@ class Checker:
             sub = self._resolve(sub, scope, st)
             if isinstance(sub, ir.Name) and sub.name in scope:
                 idx = scope[sub.name]
-                if not idx.explicit and not self._same_extent(idx.hi, t.shape[p]):
+                # Offsets of B segments have B+1 entries: a segment index reads a prefix.
+                fits = self._fits if isinstance(t.domain, ir.Offsets) else self._same_extent
+                if not idx.explicit and not fits(idx.hi, t.shape[p]):
                     self.error(sub.loc, f"shape mismatch: index '{sub.name}' ranges over "
                                         f"{_show(idx.hi)} ({idx.origin}) but indexes dim {p} "
                                         f"of '{t.name}', of size {_show(t.shape[p])}")

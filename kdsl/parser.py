@@ -11,6 +11,7 @@ import lark
 from lark import Lark, Token, Transformer, v_args
 
 from . import ir
+from .builtins import ELEMENTWISE
 from .errors import Diagnostic, SpecError
 
 REDUCTIONS = ("sum", "max", "min", "prod", "mean", "argmax", "argmin")
@@ -85,7 +86,7 @@ class _ToIR(Transformer):
         return ir.Binary(str(c[1]), c[0], c[2], _loc(c[1]))
 
     def pow_(self, meta, c):
-        return ir.Binary("**", c[0], c[1], _loc(meta))
+        return ir.Binary("**", c[0], c[2], _loc(meta))
 
     def and_(self, meta, c):
         return ir.Binary("and", c[0], c[1], _loc(meta))
@@ -99,15 +100,20 @@ class _ToIR(Transformer):
     def call(self, meta, c):
         fn_tok, *rest = c
         fn, loc = str(fn_tok), _loc(fn_tok)
-        body = rest[-1]
+        args = tuple(a for a in rest if a is not None)
+        for a in args:
+            if isinstance(a, ir.IndexRange):
+                raise _Invalid(a.loc, f"'{a.name} in ..' ranges belong to a reduction, "
+                                      f"but '{fn}(...)' has no body after it")
+        if fn in REDUCTIONS + SCANS + COLLECTIVES and fn not in ELEMENTWISE:
+            raise _Invalid(loc, f"'{fn}(...)' needs a body after it, like {fn}(j) x[i, j]")
+        return ir.Call(fn, args, loc)
+
+    def reduction(self, meta, c):
+        fn_tok, *rest = c
+        fn, loc = str(fn_tok), _loc(fn_tok)
         args = tuple(a for a in rest[:-1] if a is not None)
-        if body is None:
-            for a in args:
-                if isinstance(a, ir.IndexRange):
-                    raise _Invalid(a.loc, f"'{a.name} in ..' ranges belong to a reduction, "
-                                          f"but '{fn}(...)' has no body after it")
-            return ir.Call(fn, args, loc)
-        return self._bound_form(fn, loc, args, body)
+        return self._bound_form(fn, loc, args, rest[-1])
 
     def _bound_form(self, fn, loc, args, body):
         def as_index(a) -> ir.IndexRange:

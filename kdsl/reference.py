@@ -177,7 +177,9 @@ class Reference:
             low = np.iinfo(np.int64).min if is_int else -np.inf
             ident = low if e.op == "max" else (np.iinfo(np.int64).max if is_int else np.inf)
             filled = np.where(mask, body, ident)
-            return filled.max(axis=axes) if e.op == "max" else filled.min(axis=axes)
+            # initial=: an empty range (an empty segment) reduces to the identity
+            return filled.max(axis=axes, initial=ident) if e.op == "max" \
+                else filled.min(axis=axes, initial=ident)
         # argmax / argmin over one index: the index value of the first extreme element
         ident = -np.inf if e.op == "argmax" else np.inf
         filled = np.where(mask, body.astype(np.float64), ident)
