@@ -1,0 +1,48 @@
+"""What an executor runs: one evaluation job, and the executor interface.
+
+Executors (inline, local process pool, Ray) all take an ``EvalJob`` and give
+back a future of a ``Result``; the search engine never knows which one runs.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Protocol
+
+from kdsl import ir
+
+from .candidate import Candidate
+from .result import Result
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    device: str = "cpu"                   # 'cpu' | 'cuda'
+    seeds: tuple[int, ...] = (1, 2)       # correctness: fresh cases from each seed
+    cases_per_dtype: int = 3              # per seed, plus the spec's edge sizes
+    dtypes: tuple[str, ...] | None = None  # None: every dtype the op declares
+    max_case_elements: int = 1 << 20      # skip test shapes bigger than this (interpreter speed)
+    time: bool = True                     # False: correctness only
+    bench_dtype: str | None = None        # None: the bench point's dtype
+    warmup: int = 3
+    reps: int = 10
+    baseline: str = "auto"                # 'auto' (compile on cuda, eager on cpu) | 'eager' | 'compile'
+    timeout_s: float = 300.0              # wall clock per evaluation, build included
+    memory_mb: int = 8192                 # address-space limit of a CPU worker
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    op: ir.Op
+    candidate: Candidate
+    config: EvalConfig
+
+
+class Executor(Protocol):
+    workers: int
+
+    def submit(self, job: EvalJob) -> "Future[Result]":
+        """Start evaluating ``job``; the future never raises: failures are Results."""
+
+    def shutdown(self) -> None:
+        ...
