@@ -23,16 +23,61 @@ def _build() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--cases", type=int, default=8, help="cases per dtype")
 
-    s = sub.add_parser("show", help="print a spec's IR")
-    s.add_argument("file")
+    s = sub.add_parser("show", help="print a spec's IR, or a run directory's summary")
+    s.add_argument("file", help="a .kspec file or a run directory")
     s.add_argument("--op")
+    s.add_argument("--plot", help="(runs) draw best-so-far and the lineage tree to FILE.png")
 
     k = sub.add_parser("cases", help="list the test shapes of a spec")
     k.add_argument("file")
     k.add_argument("--op")
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--cases", type=int, default=8, help="cases per dtype")
+    e = sub.add_parser("eval", help="evaluate one candidate kernel and print each stage")
+    e.add_argument("spec")
+    e.add_argument("--op")
+    e.add_argument("--backend", required=True)
+    e.add_argument("--genome", help="JSON object of genes (default genome when omitted)")
+    e.add_argument("--source", help="a kernel source file to evaluate instead of rendering")
+    e.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    e.add_argument("--no-time", action="store_true", help="check correctness only")
+    r = sub.add_parser("search", help="search for fast kernels for an op")
+    r.add_argument("spec")
+    _search_options(r)
+    r.add_argument("--out", help="run directory (default runs/OP-POLICY-SEED)")
+    r.add_argument("--cache", help="measurement cache shared between runs")
+
+    m = sub.add_parser("resume", help="continue a stopped run")
+    m.add_argument("run")
+    m.add_argument("--budget", type=int)
+    m.add_argument("--quiet", action="store_true")
+
+    c = sub.add_parser("compare", help="pit search policies against each other")
+    c.add_argument("spec")
+    _search_options(c, compare=True)
+    c.add_argument("--policies", default="mcts,greedy,random,evolution")
+    c.add_argument("--seeds", default="0-4", help="a range 0-4 or a list 0,1,2")
+    c.add_argument("--out", required=True)
+
+    x = sub.add_parser("export", help="write a run's best kernel as a standalone module")
+    x.add_argument("run")
+    x.add_argument("--out", required=True)
+    x.add_argument("--format", choices=("module", "kernelbench"), default="module")
     return p
+
+
+def _search_options(p, compare: bool = False) -> None:
+    p.add_argument("--op")
+    p.add_argument("--backend", default="c", help="a backend, or several joined by commas")
+    if not compare:
+        p.add_argument("--policy", default="mcts")
+        p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=int, default=None)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--executor", choices=("inline", "pool", "ray"), default="pool")
+    p.add_argument("--ray-address", help="(ray) address of a running cluster")
+    p.add_argument("--quiet", action="store_true", help="log lines instead of a live display")
 
 
 def main(argv=None) -> int:

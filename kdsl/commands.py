@@ -44,6 +44,10 @@ def cmd_check(args) -> int:
 
 
 def cmd_show(args) -> int:
+    from pathlib import Path
+    if Path(args.file).is_dir():
+        from kdsl.search.show_run import show_run
+        return show_run(args.file, args.plot)
     op = _load_op(args.file, args.op) if args.op else None
     ops = [op] if op else spec_mod.load(args.file).ops
     print("\n\n".join(format_op(o) for o in ops))
@@ -58,3 +62,28 @@ def cmd_cases(args) -> int:
         for s in shapes(op, args.seed, args.cases):
             print(f"  {s.index:>2} {s.describe()}")
     return 0
+
+
+def cmd_eval(args) -> int:
+    from kdsl.search.eval_command import run
+    return run(args)
+
+
+def cmd_search(args) -> int:
+    from kdsl.search.commands import search
+    return search(args)
+
+
+def cmd_resume(args) -> int:
+    from kdsl.search.commands import resume
+    return resume(args)
+
+
+def cmd_compare(args) -> int:
+    from kdsl.search.compare import compare
+    return compare(args)
+
+
+def cmd_export(args) -> int:
+    from kdsl.search.export import export
+    return export(args)

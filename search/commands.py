@@ -1,0 +1,75 @@
+"""``kdsl search`` and ``kdsl resume``: arguments -> settings -> a run, with progress."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kdsl.errors import UsageError
+
+from . import runs
+from .display import LiveDisplay, LogDisplay
+from .jobs import EvalConfig
+from .settings import SearchSettings
+
+DEFAULT_BUDGET = 30  # about a minute for the c backend on a 2-core machine
+
+
+def settings_from(args, policy: str, seed: int) -> SearchSettings:
+    backends = tuple(b.strip() for b in args.backend.split(",") if b.strip())
+    if not backends:
+        raise UsageError("--backend needs at least one backend")
+    budget = DEFAULT_BUDGET if args.budget is None else args.budget
+    options = {"address": args.ray_address} if getattr(args, "ray_address", None) else {}
+    return SearchSettings(spec=args.spec, op=args.op, backends=backends, device=args.device,
+                          policy=policy, seed=seed, budget=budget, workers=args.workers,
+                          executor=args.executor, executor_options=options,
+                          eval=EvalConfig(device=args.device))
+
+
+def display_for(args, title: str):
+    if args.quiet or not sys.stderr.isatty():
+        return LogDisplay()
+    return LiveDisplay(title)
+
+
+def report(store, summary: dict) -> None:
+    best = summary.get("best")
+    print(f"run: {store.root}")
+    if best:
+        print(f"best: node {best['node']}, {best['speedup']:.3f}x over "
+              f"{summary['baseline']['name']} ({best['time_ms']:.4g} ms vs "
+              f"{summary['baseline']['time_ms']:.4g} ms) -> {store.root / best['source_path']}")
+    else:
+        print("best: no correct kernel yet")
+    print(f"evaluations: {summary['evaluations']}, failures: {summary['failures']}, "
+          f"{summary['elapsed_s']:.1f} s")
+
+
+def search(args) -> int:
+    settings = settings_from(args, args.policy, args.seed)
+    out = args.out or str(Path("runs") / f"{Path(args.spec).stem}-{settings.policy}-"
+                                         f"{settings.seed}")
+    if args.out is None and (Path(out) / "lineage.msgpack").exists():
+        n = 2
+        while (Path(f"{out}-{n}") / "lineage.msgpack").exists():
+            n += 1
+        out = f"{out}-{n}"
+    try:
+        store, summary = runs.start(settings, out, args.cache,
+                                    display_for(args, f"{settings.policy} {Path(out).name}"))
+    except KeyboardInterrupt:
+        print(f"interrupted; the run is saved in {out} (kdsl resume {out})", file=sys.stderr)
+        return 130
+    report(store, summary)
+    return 0
+
+
+def resume(args) -> int:
+    try:
+        store, summary = runs.resume(args.run, args.budget,
+                                     display_for(args, f"resume {Path(args.run).name}"))
+    except KeyboardInterrupt:
+        print(f"interrupted; the run is saved in {args.run}", file=sys.stderr)
+        return 130
+    report(store, summary)
+    return 0

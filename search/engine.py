@@ -1,0 +1,188 @@
+"""The search loop: propose, make candidates, evaluate (cached), record, observe.
+
+Determinism under parallel evaluation: up to ``workers`` evaluations are in
+flight, and results are taken back strictly in proposal order. The sequence
+of propose/observe calls therefore depends only on the seed and the
+measurements, never on which worker finished first, so the same seed and
+cache reproduce a run exactly, and a resumed run replays its records to the
+same state before it continues.
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from kdsl import ir
+
+from .cache import MeasurementCache, config_key
+from .candidate import Candidate
+from .jobs import EvalConfig, EvalJob, Executor
+from .lineage import source_hash
+from .operators import Context, OperatorFailure, OperatorSet
+from .policies import make as make_policy
+from .policies.base import Proposal
+from .result import Result
+from .runstore import RunStore
+
+DEDUP_TRIES = 8
+
+
+@dataclass
+class Stats:
+    budget: int
+    done: int = 0
+    failures: int = 0
+    best_speedup: float = 0.0
+    best_node: int | None = None
+    cache_hits: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def rate(self) -> float:
+        dt = time.monotonic() - self.started
+        return self.done / dt if dt > 0 else 0.0
+
+
+class Display:
+    """What the engine reports progress to; the default shows nothing."""
+
+    def start(self, stats: Stats) -> None: ...
+    def update(self, stats: Stats, record: dict) -> None: ...
+    def stop(self, stats: Stats) -> None: ...
+
+
+def _done(result: Result) -> Future:
+    f: Future = Future()
+    f.set_result(result)
+    return f
+
+
+class Engine:
+    def __init__(self, op: ir.Op, store: RunStore, executor: Executor, cache: MeasurementCache,
+                 ctx: Context, operators: OperatorSet, config: EvalConfig, policy: str,
+                 seed: int, workers: int, policy_params: dict | None = None,
+                 display: Display | None = None, languages: dict[str, str] | None = None,
+                 on_record=None):
+        self.op, self.store, self.executor, self.cache = op, store, executor, cache
+        self.ctx, self.operators, self.config = ctx, operators, config
+        self.seed, self.workers = seed, max(1, workers)
+        self.policy = make_policy(policy, seed=seed, starts=len(ctx.starts),
+                                  **(policy_params or {}))
+        self.display = display or Display()
+        self.languages = languages or {}
+        self.on_record = on_record  # summary writer, called after every recorded node
+        self.candidates: dict[int, Candidate] = {}
+        self.seen: set[str] = set()
+        self.config_key = config_key(config)
+        self.replay = {r["id"]: r for r in store.nodes}  # recorded nodes of a resumed run
+        self.stats = Stats(budget=0)
+
+    # ---- candidates ----
+    def key(self, c: Candidate) -> str:
+        return f"{c.key(self.op.hash, self.config.device)}:{self.config_key}"
+
+    def make(self, p: Proposal) -> tuple[str, Candidate | OperatorFailure]:
+        """The operator's name and its child (or its failure) for proposal ``p``."""
+        if p.kind == "start":
+            return "start", self.ctx.starts[p.start_index]
+        parents = [self.candidates[i] for i in p.parents if i in self.candidates]
+        name = "?"
+        for attempt in range(DEDUP_TRIES):
+            rng = random.Random(f"kdsl-op:{self.seed}:{p.node}:{attempt}")
+            try:
+                operator = self.operators.pick(p.kind, rng)
+                name = operator.name
+                child = operator.apply(parents, self.ctx, rng)
+            except Exception as e:  # an operator's bug is a failed child, not a dead search
+                return name, OperatorFailure(name, f"{type(e).__name__}: {e}")
+            if isinstance(child, OperatorFailure) or self.key(child) not in self.seen:
+                return name, child
+        return name, OperatorFailure(name, f"no new candidate in {DEDUP_TRIES} tries "
+                                           "(the space near this parent is exhausted)")
+
+    def submit(self, c: Candidate) -> tuple[Future, bool]:
+        cached = self.cache.get(self.key(c))
+        if cached is not None:
+            return _done(cached), True
+        return self.executor.submit(EvalJob(self.op, c, self.config)), False
+
+    # ---- the loop ----
+    def run(self, budget: int) -> Stats:
+        """Evaluate until ``budget`` nodes exist (replayed ones included)."""
+        self.stats = stats = Stats(budget=budget)
+        inflight: deque = deque()
+        self.display.start(stats)
+        try:
+            while stats.done + len(inflight) < budget or inflight:
+                while len(inflight) < self.workers and stats.done + len(inflight) < budget:
+                    inflight.append(self._launch(self.policy.propose(1)[0]))
+                self._finish(*inflight.popleft())
+        except KeyboardInterrupt:
+            for _, _, fut, *_ in inflight:
+                fut.cancel()
+            raise
+        finally:
+            self.display.stop(stats)
+        return stats
+
+    def _launch(self, p: Proposal):
+        name, child = self.make(p)
+        if isinstance(child, OperatorFailure):
+            how = "replay" if p.node in self.replay else False
+            return p, name, _done(Result.failure("operator", child.reason)), None, how
+        self.candidates[p.node] = child
+        self.seen.add(self.key(child))
+        recorded = self.replay.get(p.node)
+        if recorded is not None:
+            if recorded.get("key") != self.key(child):
+                raise RuntimeError(f"resume diverged at node {p.node}: the run's records do "
+                                   "not match what this kdsl proposes (different version?)")
+            return p, name, _done(Result.from_record(recorded["result"])), child, "replay"
+        fut, hit = self.submit(child)
+        return p, name, fut, child, hit
+
+    def _finish(self, p: Proposal, name: str, fut: Future, child, how) -> None:
+        result: Result = fut.result()
+        stats = self.stats
+        stats.done += 1
+        reward = result.speedup
+        self.policy.observe([(p.node, reward)])
+        if not result.ok:
+            stats.failures += 1
+        if reward > stats.best_speedup:
+            stats.best_speedup, stats.best_node = reward, p.node
+        if how == "replay":
+            record = self.replay[p.node]
+        else:
+            if how:
+                stats.cache_hits += 1
+            elif child is not None:
+                self.cache.put(self.key(child), result)
+            record = self._record(p, name, child, result, stats.done - 1)
+        if self.on_record:
+            self.on_record(record, stats)
+        self.display.update(stats, record)
+
+    def _record(self, p: Proposal, name: str, child, result: Result, iteration: int) -> dict:
+        source = result.artifacts.get("source") if child is not None else None
+        rel = None
+        if source:
+            ext = "c" if self.languages.get(child.backend) == "c" else "py"
+            rel = self.store.write_kernel(p.node, source, ext)
+        record = {"id": p.node, "parents": list(p.parents), "kind": p.kind, "operator": name,
+                  "candidate": child.to_record() if child is not None else None,
+                  "key": self.key(child) if child is not None else None,
+                  "result": _slim(result), "iteration": iteration,
+                  "source_hash": source_hash(source), "source_path": rel,
+                  "time": time.time()}
+        return self.store.append_node(record)
+
+
+def _slim(result: Result) -> dict:
+    """The result record without the bulky source (it lives in kernels/)."""
+    r = result.to_record()
+    r["artifacts"] = {k: v for k, v in r["artifacts"].items() if k != "source"}
+    return r

@@ -1,0 +1,227 @@
+"""Starting and resuming runs: settings -> op, spaces, executor, cache, store, engine."""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import platform
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+from kdsl import __version__, backends, ir
+from kdsl import spec as spec_mod
+from kdsl.errors import UsageError
+
+from .cache import MeasurementCache
+from .engine import Display, Engine, Stats
+from .operators import Context, OperatorSet
+from .policies import POLICIES
+from .runstore import RunError, RunStore
+from .settings import SearchSettings
+from .starts import starting_points
+
+
+def load_op(spec_path: str, op_name: str | None) -> tuple[ir.Op, str]:
+    """The op and the spec's text; SpecError for a bad spec, UsageError for a bad --op."""
+    spec = spec_mod.load(spec_path)
+    try:
+        op = spec_mod.find_op(spec, op_name)
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
+    return op, Path(spec_path).read_text()
+
+
+def spaces_for(op: ir.Op, names: tuple[str, ...], device: str):
+    spaces, languages = {}, {}
+    for name in names:
+        try:
+            b = backends.get(name)
+        except KeyError as e:
+            raise UsageError(e.args[0]) from None
+        if device not in b.devices:
+            raise UsageError(f"backend '{name}' does not run on {device} "
+                             f"(it runs on {', '.join(b.devices)})")
+        reason = b.supports(op, device)
+        if reason:
+            raise UsageError(f"backend '{name}' cannot run op '{op.name}': {reason}")
+        spaces[name] = b.space(op, device)
+        languages[name] = b.language
+    return spaces, languages
+
+
+def make_executor(settings: SearchSettings):
+    if settings.executor == "inline":
+        from .executors import InlineExecutor
+        return InlineExecutor()
+    if settings.executor == "pool":
+        from .executors import PoolExecutor
+        return PoolExecutor(workers=settings.workers)
+    if settings.executor == "ray":
+        from .ray_executor import RayExecutor
+        return RayExecutor(workers=settings.workers, **settings.executor_options)
+    raise UsageError(f"unknown executor '{settings.executor}'; known: inline, pool, ray")
+
+
+def validate(settings: SearchSettings) -> None:
+    if settings.policy not in POLICIES:
+        raise UsageError(f"unknown policy '{settings.policy}'; known: {', '.join(POLICIES)}")
+    if settings.budget < 1:
+        raise UsageError(f"--budget must be at least 1, got {settings.budget}")
+    if settings.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {settings.workers}")
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict:
+    out = {"kdsl": __version__, "python": platform.python_version()}
+    for mod in ("torch", "triton", "numpy"):
+        try:
+            out[mod] = importlib.metadata.version(mod)
+        except importlib.metadata.PackageNotFoundError:  # a fact to record, not an error
+            out[mod] = None
+    return out
+
+
+class SummaryWriter:
+    """Keeps summary.json and kernels/best.* current after every recorded node.
+
+    Everything is updated incrementally, so the cost per node stays flat as
+    the run grows to thousands of nodes.
+    """
+
+    def __init__(self, store: RunStore, settings: SearchSettings, op: ir.Op, elapsed0: float):
+        self.store, self.settings, self.op = store, settings, op
+        self.t0 = time.monotonic() - elapsed0
+        self.best_path = store.summary().get("best", {}).get("source_path")
+        self.best: dict | None = None
+        self.failures: Counter = Counter()
+        self.baselines: list[float] = []
+        self.baseline_name = None
+        self.count = 0
+        for r in store.nodes:
+            self.add(r)
+
+    def add(self, record: dict) -> bool:
+        """Count one node; True when it is the new best."""
+        res = record["result"]
+        self.count += 1
+        if not res.get("ok"):
+            self.failures[res.get("stage")] += 1
+        if res.get("baseline_ms"):
+            self.baselines.append(res["baseline_ms"])
+            self.baseline_name = self.baseline_name or res.get("baseline_name")
+        s = float(res.get("speedup") or 0.0)
+        if s > 0 and (self.best is None or s > float(self.best["result"]["speedup"])):
+            self.best = record
+            return True
+        return False
+
+    def __call__(self, record: dict, stats: Stats | None = None) -> None:
+        # a replayed node of a resumed run was counted when the writer was made
+        is_new = record is self.store.nodes[-1] and self.count == len(self.store.nodes) - 1
+        if is_new and self.add(record) and record.get("source_path"):
+            ext = record["source_path"].rsplit(".", 1)[-1]
+            self.best_path = self.store.mark_best(record["source_path"], ext)
+        self.write()
+
+    def write(self, stopped: str | None = None) -> dict:
+        best = self.best
+        elapsed = time.monotonic() - self.t0
+        s = self.settings
+        summary = {
+            "schema": 1, "spec": s.spec, "op": self.op.name, "op_hash": self.op.hash,
+            "backend": ",".join(s.backends), "device": s.device, "policy": s.policy,
+            "seed": s.seed, "budget": s.budget, "workers": s.workers, "executor": s.executor,
+            "evaluations": self.count,
+            "failures": sum(self.failures.values()),
+            "failures_by_stage": dict(self.failures),
+            "baseline": {"name": self.baseline_name,
+                         "time_ms": statistics.median(self.baselines[-101:])
+                         if self.baselines else None},
+            "best": None if best is None else {
+                "node": best["id"], "time_ms": best["result"].get("time_ms"),
+                "speedup": best["result"].get("speedup"),
+                "source_path": self.best_path or best.get("source_path"),
+                "node_source_path": best.get("source_path"),
+                "backend": (best.get("candidate") or {}).get("backend"),
+                "genome": (best.get("candidate") or {}).get("genome")},
+            "elapsed_s": round(elapsed, 3),
+            "evaluations_per_s": round(self.count / elapsed, 4) if elapsed > 0 else None,
+            "versions": versions(),
+        }
+        if stopped:
+            summary["stopped"] = stopped
+        self.store.write_summary(summary)
+        return summary
+
+
+def _engine(settings: SearchSettings, op: ir.Op, store: RunStore, cache_path,
+            display: Display | None, executor=None):
+    spaces, languages = spaces_for(op, settings.backends, settings.device)
+    ctx = Context(spaces=spaces, starts=starting_points(op, spaces, settings.device))
+    operators = OperatorSet.default()
+    operators.weights.update(settings.operator_weights)
+    cache = MeasurementCache(cache_path)
+    executor = executor or make_executor(settings)
+    writer = SummaryWriter(store, settings, op, store.summary().get("elapsed_s") or 0.0)
+    engine = Engine(op, store, executor, cache, ctx, operators, settings.eval, settings.policy,
+                    settings.seed, settings.workers, settings.policy_params, display,
+                    languages, on_record=writer)
+    return engine, writer, executor, cache
+
+
+def execute(settings: SearchSettings, store: RunStore, op: ir.Op, cache_path,
+            display: Display | None = None, executor=None) -> dict:
+    """Run the engine to the settings' budget; always leaves a consistent summary."""
+    engine, writer, executor, cache = _engine(settings, op, store, cache_path, display,
+                                              executor)
+    stopped = None
+    try:
+        engine.run(settings.budget)
+    except KeyboardInterrupt:
+        stopped = "interrupted"
+    finally:
+        executor.shutdown()
+        summary = writer.write(stopped=stopped)
+        cache.close()
+        store.close()
+    if stopped:
+        raise KeyboardInterrupt
+    return summary
+
+
+def start(settings: SearchSettings, out: str | Path, cache_path: str | None = None,
+          display: Display | None = None, executor=None) -> tuple[RunStore, dict]:
+    validate(settings)
+    op, text = load_op(settings.spec, settings.op)
+    settings.op = op.name
+    spaces_for(op, settings.backends, settings.device)  # bad backends fail before the dir
+    header = {"settings": settings.to_record(), "op_hash": op.hash,
+              "cache": str(cache_path) if cache_path else None, "created": time.time()}
+    try:
+        store = RunStore.create(out, header, text)
+    except RunError as e:
+        raise UsageError(str(e)) from None
+    cache_path = cache_path or str(Path(out) / "cache.sqlite")
+    return store, execute(settings, store, op, cache_path, display, executor)
+
+
+def resume(run_dir: str | Path, budget: int | None = None, display: Display | None = None,
+           executor=None) -> tuple[RunStore, dict]:
+    try:
+        store = RunStore.open(run_dir)
+    except RunError as e:
+        raise UsageError(str(e)) from None
+    settings = SearchSettings.from_record(store.header["settings"])
+    if budget is not None:
+        if budget < 1:
+            raise UsageError(f"--budget must be at least 1, got {budget}")
+        settings.budget = budget
+    spec_copy = Path(run_dir) / "spec.kspec"
+    op, _ = load_op(str(spec_copy), settings.op)
+    if op.hash != store.header.get("op_hash"):
+        raise UsageError(f"{run_dir}: its spec.kspec no longer matches the run's op "
+                         f"(hash {op.hash} vs {store.header.get('op_hash')})")
+    cache_path = store.header.get("cache") or str(Path(run_dir) / "cache.sqlite")
+    return store, execute(settings, store, op, cache_path, display, executor)

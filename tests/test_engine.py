@@ -1,0 +1,168 @@
+"""The search engine end to end on a fake backend and executor: runs, resume, reproducibility."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from kdsl.cli import main
+from kdsl.errors import UsageError
+from kdsl.search import lineage, runs
+from kdsl.search.display import QuietDisplay
+from kdsl.search.jobs import EvalConfig
+from kdsl.search.runstore import LINEAGE, RunStore
+from kdsl.search.settings import SearchSettings
+
+from fakes import FakeExecutor, register
+
+SPEC = "specs/swiglu.kspec"
+
+
+@pytest.fixture(autouse=True)
+def fake_backend():
+    register()
+
+
+def settings(**kw):
+    base = dict(spec=SPEC, op=None, backends=("fake",), policy="mcts", seed=3, budget=25,
+                workers=1, executor="inline", eval=EvalConfig(time=True))
+    base.update(kw)
+    return SearchSettings(**base)
+
+
+def strip(nodes):
+    return [{k: v for k, v in r.items() if k != "time"} for r in nodes]
+
+
+def test_run_writes_summary_lineage_and_kernels(tmp_path):
+    store, summary = runs.start(settings(), tmp_path / "run", None, QuietDisplay(),
+                                FakeExecutor())
+    assert summary["evaluations"] == 25
+    for key in ("spec", "op", "backend", "device", "policy", "seed", "budget", "evaluations",
+                "failures", "baseline", "best", "elapsed_s", "versions"):
+        assert key in summary
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk["best"]["speedup"] == summary["best"]["speedup"] > 1.0
+    assert (tmp_path / "run" / on_disk["best"]["source_path"]).is_file()
+    assert on_disk["best"]["source_path"] == "kernels/best.py"
+    reopened = RunStore.open(tmp_path / "run")
+    assert len(reopened.nodes) == 25
+    g = lineage.graph(reopened.nodes)
+    assert g.number_of_nodes() == 26  # + the root
+    assert all(g.has_edge(p, r["id"]) for r in reopened.nodes for p in r["parents"])
+    # every evaluated kernel's source is on disk
+    assert all((tmp_path / "run" / r["source_path"]).is_file()
+               for r in reopened.nodes if r["source_path"])
+
+
+def test_same_seed_same_cache_reproduces_exactly(tmp_path):
+    cache = str(tmp_path / "cache.sqlite")
+    a, _ = runs.start(settings(), tmp_path / "a", cache, QuietDisplay(), FakeExecutor())
+    ex = FakeExecutor()
+    b, _ = runs.start(settings(), tmp_path / "b", cache, QuietDisplay(), ex)
+    assert strip(a.nodes) == strip(b.nodes)
+    assert ex.submitted == 0  # every measurement came from the shared cache
+
+
+def test_parallel_workers_are_deterministic(tmp_path):
+    a, _ = runs.start(settings(workers=4), tmp_path / "a", None, QuietDisplay(), FakeExecutor(4))
+    b, _ = runs.start(settings(workers=4), tmp_path / "b", None, QuietDisplay(), FakeExecutor(4))
+    assert strip(a.nodes) == strip(b.nodes)
+
+
+def test_different_seeds_differ(tmp_path):
+    a, _ = runs.start(settings(seed=1), tmp_path / "a", None, QuietDisplay(), FakeExecutor())
+    b, _ = runs.start(settings(seed=2), tmp_path / "b", None, QuietDisplay(), FakeExecutor())
+    assert [r["key"] for r in a.nodes] != [r["key"] for r in b.nodes]
+
+
+@pytest.mark.parametrize("keep", [0, 7, 12])
+def test_resume_after_kill_loses_no_completed_node(tmp_path, keep):
+    full, _ = runs.start(settings(budget=20), tmp_path / "full", None, QuietDisplay(),
+                         FakeExecutor())
+    # simulate kill -9 after `keep` nodes: the header, `keep` records and a torn one
+    killed = tmp_path / "killed"
+    shutil.copytree(tmp_path / "full", killed)
+    import msgpack
+    records = [full.header] + full.nodes[:keep]
+    blob = b"".join(msgpack.packb(r) for r in records)
+    torn = msgpack.packb(full.nodes[keep])[:-5]
+    (killed / LINEAGE).write_bytes(blob + torn)
+    assert len(RunStore.open(killed).nodes) == keep
+    ex = FakeExecutor()
+    resumed, summary = runs.resume(killed, None, QuietDisplay(), ex)
+    assert strip(resumed.nodes) == strip(full.nodes)
+    assert ex.submitted <= 20 - keep  # completed nodes are replayed, not re-evaluated
+    assert summary["evaluations"] == 20
+
+
+def test_resume_with_a_larger_budget_continues(tmp_path):
+    runs.start(settings(budget=10), tmp_path / "r", None, QuietDisplay(), FakeExecutor())
+    store, summary = runs.resume(tmp_path / "r", 18, QuietDisplay(), FakeExecutor())
+    assert summary["evaluations"] == 18 and len(store.nodes) == 18
+    ids = [r["id"] for r in store.nodes]
+    assert len(set(ids)) == 18
+
+
+def test_crossover_children_carry_both_parents(tmp_path):
+    s = settings(policy="evolution", budget=30, policy_params={"population": 4})
+    store, _ = runs.start(s, tmp_path / "r", None, QuietDisplay(), FakeExecutor())
+    cross = [r for r in store.nodes if r["kind"] == "crossover"]
+    assert cross
+    g = lineage.graph(store.nodes)
+    for r in cross:
+        assert len(r["parents"]) == 2
+        assert all(g.has_edge(p, r["id"]) for p in r["parents"])
+
+
+def test_failures_are_recorded_children(tmp_path):
+    s = settings(policy="random", budget=40, seed=5)
+    store, summary = runs.start(s, tmp_path / "r", None, QuietDisplay(), FakeExecutor())
+    assert summary["failures"] == sum(1 for r in store.nodes if not r["result"]["ok"])
+    assert summary["failures"] == sum(summary["failures_by_stage"].values())
+
+
+def test_search_improves_on_the_start(tmp_path):
+    store, summary = runs.start(settings(budget=40), tmp_path / "r", None, QuietDisplay(),
+                                FakeExecutor())
+    start = store.nodes[0]["result"]["speedup"]
+    assert summary["best"]["speedup"] > start
+
+
+def test_bad_input_is_one_line_and_keeps_the_run(tmp_path, capsys):
+    runs.start(settings(budget=5), tmp_path / "r", None, QuietDisplay(), FakeExecutor())
+    before = (tmp_path / "r" / LINEAGE).read_bytes()
+    for argv in (["search", SPEC, "--budget", "0"],
+                 ["search", SPEC, "--policy", "nope"],
+                 ["search", SPEC, "--backend", "nope"],
+                 ["search", "specs/nope.kspec"],
+                 ["search", SPEC, "--op", "nope"],
+                 ["search", SPEC, "--backend", "fake", "--out", str(tmp_path / "r")],
+                 ["resume", str(tmp_path / "nothing")]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) <= 3 and "Traceback" not in "\n".join(err), err
+    assert (tmp_path / "r" / LINEAGE).read_bytes() == before
+
+
+def test_corrupt_lineage_is_a_clear_error(tmp_path, capsys):
+    runs.start(settings(budget=5), tmp_path / "r", None, QuietDisplay(), FakeExecutor())
+    path = tmp_path / "r" / LINEAGE
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 40] = b"\xc1" * 40  # 0xc1 is never valid msgpack
+    path.write_bytes(bytes(data))
+    with pytest.raises(UsageError, match="corrupt"):
+        runs.resume(tmp_path / "r", None, QuietDisplay(), FakeExecutor())
+    assert main(["resume", str(tmp_path / "r")]) == 2
+    assert "corrupt" in capsys.readouterr().err
+    assert path.read_bytes() == bytes(data)
+
+
+def test_show_run_prints_summary_and_plots(tmp_path, capsys):
+    runs.start(settings(budget=12), tmp_path / "r", None, QuietDisplay(), FakeExecutor())
+    png = tmp_path / "run.png"
+    assert main(["show", str(tmp_path / "r"), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "lineage of the best kernel" in out and "failures by stage" in out
+    assert png.stat().st_size > 1000
