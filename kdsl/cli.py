@@ -78,6 +78,14 @@ def _search_options(p, compare: bool = False) -> None:
     p.add_argument("--executor", choices=("inline", "pool", "ray"), default="pool")
     p.add_argument("--ray-address", help="(ray) address of a running cluster")
     p.add_argument("--quiet", action="store_true", help="log lines instead of a live display")
+    p.add_argument("--llm", choices=("auto", "off", "anthropic", "replay"), default="auto",
+                   help="LLM operators (auto: anthropic when ANTHROPIC_API_KEY is set)")
+    p.add_argument("--model", default="claude-sonnet-4-5")
+    p.add_argument("--max-llm-calls", type=int)
+    p.add_argument("--llm-repairs", type=int, default=2, help="repair attempts per failed child")
+    p.add_argument("--replay-from", help="(--llm replay) the run whose exchanges to replay")
+    p.add_argument("--no-priors", action="store_true",
+                   help="ignore what earlier runs learned about operator weights")
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,7 @@ of everything derived from an op (references, cases, measurements).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Union
@@ -252,8 +253,9 @@ class Op:
             return self.dtype_of(t.like, dtype)
         return dtype if len(t.dtypes) > 1 else t.dtypes[0]
 
-    @property
+    @functools.cached_property
     def hash(self) -> str:
+        # cached on the instance: the op is frozen, and the hash keys every lookup
         return structural_hash(self)
 
 

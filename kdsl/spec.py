@@ -1,6 +1,7 @@
 """Loading specs: file -> checked ``ir.Spec``, or a ``SpecError`` with every diagnostic."""
 from __future__ import annotations
 
+import dataclasses
 from importlib import resources
 from pathlib import Path
 
@@ -20,7 +21,8 @@ def parse_text(text: str, path: str = "<spec>") -> ir.Spec:
             c, diags = check_op(op, path)
             diagnostics += diags
             if c is not None:
-                checked.append(c)
+                # the spec's own text rides along (not hashed) for prompts and exports
+                checked.append(dataclasses.replace(c, source_file=path, source_text=text))
     if diagnostics:
         raise SpecError(diagnostics, text)
     return ir.Spec(tuple(checked), path)

@@ -31,6 +31,9 @@ class MeasurementCache:
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path, timeout=30)
+        # WAL: readers never block the writer, and a commit is not a full disk sync
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, record BLOB)")
         self.db.commit()
         self.hits = 0

@@ -9,6 +9,8 @@ from kdsl.errors import UsageError
 from . import runs
 from .display import LiveDisplay, LogDisplay
 from .jobs import EvalConfig
+from .llm.setup import resolve_mode
+from .operators import FatalOperatorError
 from .settings import SearchSettings
 
 DEFAULT_BUDGET = 30  # about a minute for the c backend on a 2-core machine
@@ -20,9 +22,14 @@ def settings_from(args, policy: str, seed: int) -> SearchSettings:
         raise UsageError("--backend needs at least one backend")
     budget = DEFAULT_BUDGET if args.budget is None else args.budget
     options = {"address": args.ray_address} if getattr(args, "ray_address", None) else {}
+    if args.max_llm_calls is not None and args.max_llm_calls < 0:
+        raise UsageError("--max-llm-calls must be at least 0")
     return SearchSettings(spec=args.spec, op=args.op, backends=backends, device=args.device,
                           policy=policy, seed=seed, budget=budget, workers=args.workers,
                           executor=args.executor, executor_options=options,
+                          llm=resolve_mode(args.llm), model=args.model,
+                          max_llm_calls=args.max_llm_calls, llm_repairs=args.llm_repairs,
+                          replay_from=args.replay_from, use_priors=not args.no_priors,
                           eval=EvalConfig(device=args.device))
 
 
@@ -60,6 +67,9 @@ def search(args) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; the run is saved in {out} (kdsl resume {out})", file=sys.stderr)
         return 130
+    except FatalOperatorError as e:
+        print(f"kdsl: error: {e} (the run so far is saved in {out})", file=sys.stderr)
+        return 2
     report(store, summary)
     return 0
 
@@ -71,5 +81,8 @@ def resume(args) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; the run is saved in {args.run}", file=sys.stderr)
         return 130
+    except FatalOperatorError as e:
+        print(f"kdsl: error: {e} (the run so far is saved in {args.run})", file=sys.stderr)
+        return 2
     report(store, summary)
     return 0

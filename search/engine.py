@@ -21,7 +21,7 @@ from .cache import MeasurementCache, config_key
 from .candidate import Candidate
 from .jobs import EvalConfig, EvalJob, Executor
 from .lineage import source_hash
-from .operators import Context, OperatorFailure, OperatorSet
+from .operators import Context, FatalOperatorError, OperatorFailure, OperatorSet
 from .policies import make as make_policy
 from .policies.base import Proposal
 from .result import Result
@@ -77,12 +77,17 @@ class Engine:
         self.candidates: dict[int, Candidate] = {}
         self.seen: set[str] = set()
         self.config_key = config_key(config)
+        self.op_hash = op.hash
         self.replay = {r["id"]: r for r in store.nodes}  # recorded nodes of a resumed run
         self.stats = Stats(budget=0)
+        self.ctx.key = self.key
+        self.followups: deque[Proposal] = deque()  # repairs the engine asked for
+        self.repair_depth: dict[int, int] = {}
+        self.max_repairs = int(ctx.extra.get("max_repairs", 0))
 
     # ---- candidates ----
     def key(self, c: Candidate) -> str:
-        return f"{c.key(self.op.hash, self.config.device)}:{self.config_key}"
+        return f"{c.key(self.op_hash, self.config.device)}:{self.config_key}"
 
     def make(self, p: Proposal) -> tuple[str, Candidate | OperatorFailure]:
         """The operator's name and its child (or its failure) for proposal ``p``."""
@@ -96,6 +101,8 @@ class Engine:
                 operator = self.operators.pick(p.kind, rng)
                 name = operator.name
                 child = operator.apply(parents, self.ctx, rng)
+            except FatalOperatorError:
+                raise
             except Exception as e:  # an operator's bug is a failed child, not a dead search
                 return name, OperatorFailure(name, f"{type(e).__name__}: {e}")
             if isinstance(child, OperatorFailure) or self.key(child) not in self.seen:
@@ -118,7 +125,8 @@ class Engine:
         try:
             while stats.done + len(inflight) < budget or inflight:
                 while len(inflight) < self.workers and stats.done + len(inflight) < budget:
-                    inflight.append(self._launch(self.policy.propose(1)[0]))
+                    p = self.followups.popleft() if self.followups else self.policy.propose(1)[0]
+                    inflight.append(self._launch(p))
                 self._finish(*inflight.popleft())
         except KeyboardInterrupt:
             for _, _, fut, *_ in inflight:
@@ -147,6 +155,8 @@ class Engine:
     def _finish(self, p: Proposal, name: str, fut: Future, child, how) -> None:
         result: Result = fut.result()
         stats = self.stats
+        if child is not None:
+            self._remember(p, name, child, result)
         stats.done += 1
         reward = result.speedup
         self.policy.observe([(p.node, reward)])
@@ -166,12 +176,27 @@ class Engine:
             self.on_record(record, stats)
         self.display.update(stats, record)
 
+    def _remember(self, p: Proposal, name: str, child: Candidate, result: Result) -> None:
+        """Feed what was learned back to the operators: results, lineage, repairs."""
+        key = self.key(child)
+        self.ctx.results[key] = result
+        parent = self.candidates.get(p.parents[0]) if p.parents else None
+        before = self.ctx.history.get(self.key(parent), []) if parent is not None else []
+        outcome = f"{result.speedup:.3f}x" if result.ok else f"failed at {result.stage}"
+        self.ctx.history[key] = (before + [f"node {p.node} ({name}): {outcome}"])[-12:]
+        depth = self.repair_depth.get(p.parents[0], 0) + 1 if p.kind == "repair" else 0
+        self.repair_depth[p.node] = depth
+        repairable = result.stage in ("render", "build", "guards", "correctness", "worker")
+        if (not result.ok and repairable and child.source is not None
+                and depth < self.max_repairs and self.operators.has("repair")):
+            self.followups.append(self.policy.follow_up(p.node, "repair"))
+
     def _record(self, p: Proposal, name: str, child, result: Result, iteration: int) -> dict:
         source = result.artifacts.get("source") if child is not None else None
         rel = None
         if source:
             ext = "c" if self.languages.get(child.backend) == "c" else "py"
-            rel = self.store.write_kernel(p.node, source, ext)
+            rel = self.store.write_kernel(source_hash(source), source, ext)
         record = {"id": p.node, "parents": list(p.parents), "kind": p.kind, "operator": name,
                   "candidate": child.to_record() if child is not None else None,
                   "key": self.key(child) if child is not None else None,

@@ -17,6 +17,10 @@ from kdsl.backends.base import Space
 from .candidate import Candidate
 
 
+class FatalOperatorError(Exception):
+    """An operator error that must stop the run (a replay that cannot go on), not a child."""
+
+
 @dataclass(frozen=True)
 class OperatorFailure:
     """An operator application that produced no candidate, recorded as a failed child."""
@@ -26,10 +30,17 @@ class OperatorFailure:
 
 @dataclass
 class Context:
-    """What operators may read: the spaces of the backends in play, and starting genomes."""
+    """What operators may read: the backends' spaces, starting genomes, and what was measured.
+
+    ``results`` and ``history`` are keyed by candidate (``key(c)``) and kept current
+    by the engine: the LLM operators read a parent's feedback and lineage from them.
+    """
     spaces: dict[str, Space]                 # backend name -> its space for this op/device
     starts: list[Candidate] = field(default_factory=list)  # stored/default genomes, in order
-    extra: dict = field(default_factory=dict)  # for operators that need more (the LLM's client)
+    results: dict = field(default_factory=dict)   # candidate key -> Result
+    history: dict = field(default_factory=dict)   # candidate key -> lines of its lineage path
+    key: Callable = field(default=lambda c: "")   # candidate -> its cache key
+    extra: dict = field(default_factory=dict)     # for operators that need more (the LLM)
 
 
 class Operator(Protocol):
@@ -121,12 +132,13 @@ def _crossover_uniform(parents, ctx, rng):
 
 SAMPLE = FnOperator("sample", "draft", _sample)
 RULE_OPERATORS: dict[str, FnOperator] = {
+    "sample": SAMPLE,
     "mutate_one": FnOperator("mutate_one", "mutate", _mutate_one),
     "mutate_many": FnOperator("mutate_many", "mutate", _mutate_many),
     "neighbour": FnOperator("neighbour", "mutate", _neighbour),
     "crossover": FnOperator("crossover", "crossover", _crossover_uniform),
 }
-DEFAULT_WEIGHTS = {"mutate_one": 3.0, "mutate_many": 1.0, "neighbour": 3.0, "crossover": 1.0}
+DEFAULT_WEIGHTS = {"sample": 1.0, "mutate_one": 3.0, "mutate_many": 1.0, "neighbour": 3.0, "crossover": 1.0}
 
 
 @dataclass
@@ -143,9 +155,15 @@ class OperatorSet:
         self.operators[op.name] = op
         self.weights[op.name] = weight
 
+    def has(self, kind: str) -> bool:
+        return any(o.kind == kind and self.weights.get(n, 0) > 0
+                   and getattr(o, "available", lambda: True)()
+                   for n, o in self.operators.items())
+
     def pick(self, kind: str, rng: random.Random) -> Operator:
         names = sorted(n for n, o in self.operators.items()
-                       if o.kind == kind and self.weights.get(n, 0) > 0)
+                       if o.kind == kind and self.weights.get(n, 0) > 0
+                       and getattr(o, "available", lambda: True)())
         if kind == "draft" and not names:
             return SAMPLE
         if not names:

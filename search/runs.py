@@ -13,6 +13,7 @@ from kdsl import __version__, backends, ir
 from kdsl import spec as spec_mod
 from kdsl.errors import UsageError
 
+from . import learned
 from .cache import MeasurementCache
 from .engine import Display, Engine, Stats
 from .operators import Context, OperatorSet
@@ -90,8 +91,10 @@ class SummaryWriter:
     the run grows to thousands of nodes.
     """
 
-    def __init__(self, store: RunStore, settings: SearchSettings, op: ir.Op, elapsed0: float):
+    def __init__(self, store: RunStore, settings: SearchSettings, op: ir.Op, elapsed0: float,
+                 extras=None):
         self.store, self.settings, self.op = store, settings, op
+        self.extras = extras or (lambda: {})  # more summary fields (LLM usage, priors)
         self.t0 = time.monotonic() - elapsed0
         self.best_path = store.summary().get("best", {}).get("source_path")
         self.best: dict | None = None
@@ -99,6 +102,7 @@ class SummaryWriter:
         self.baselines: list[float] = []
         self.baseline_name = None
         self.count = 0
+        self.last_write = 0.0
         for r in store.nodes:
             self.add(r)
 
@@ -120,10 +124,13 @@ class SummaryWriter:
     def __call__(self, record: dict, stats: Stats | None = None) -> None:
         # a replayed node of a resumed run was counted when the writer was made
         is_new = record is self.store.nodes[-1] and self.count == len(self.store.nodes) - 1
-        if is_new and self.add(record) and record.get("source_path"):
+        improved = is_new and self.add(record)
+        if improved and record.get("source_path"):
             ext = record["source_path"].rsplit(".", 1)[-1]
             self.best_path = self.store.mark_best(record["source_path"], ext)
-        self.write()
+        # the records are the truth; the summary is a view, refreshed on news or each second
+        if improved or time.monotonic() - self.last_write >= 1.0:
+            self.write()
 
     def write(self, stopped: str | None = None) -> dict:
         best = self.best
@@ -150,6 +157,8 @@ class SummaryWriter:
             "evaluations_per_s": round(self.count / elapsed, 4) if elapsed > 0 else None,
             "versions": versions(),
         }
+        summary.update(self.extras())
+        self.last_write = time.monotonic()
         if stopped:
             summary["stopped"] = stopped
         self.store.write_summary(summary)
@@ -161,10 +170,23 @@ def _engine(settings: SearchSettings, op: ir.Op, store: RunStore, cache_path,
     spaces, languages = spaces_for(op, settings.backends, settings.device)
     ctx = Context(spaces=spaces, starts=starting_points(op, spaces, settings.device))
     operators = OperatorSet.default()
+    from .llm.setup import configure
+    session = configure(settings, op, ctx, operators, languages, store.root)
     operators.weights.update(settings.operator_weights)
+    for name, m in (store.header.get("priors") or {}).items():  # fixed when the run began
+        if name in operators.weights:
+            operators.weights[name] *= m
+
+    def extras() -> dict:
+        out = {"operator_weights": operators.weights}
+        out["llm"] = {"mode": settings.llm, "model": settings.model,
+                      **session.client.usage.to_record()} if session else {"mode": "off"}
+        return out
+
     cache = MeasurementCache(cache_path)
     executor = executor or make_executor(settings)
-    writer = SummaryWriter(store, settings, op, store.summary().get("elapsed_s") or 0.0)
+    writer = SummaryWriter(store, settings, op, store.summary().get("elapsed_s") or 0.0,
+                           extras)
     engine = Engine(op, store, executor, cache, ctx, operators, settings.eval, settings.policy,
                     settings.seed, settings.workers, settings.policy_params, display,
                     languages, on_record=writer)
@@ -186,9 +208,20 @@ def execute(settings: SearchSettings, store: RunStore, op: ir.Op, cache_path,
         summary = writer.write(stopped=stopped)
         cache.close()
         store.close()
+    try:
+        learned.record(settings, op, store.nodes)
+    except ImportError:
+        pass
     if stopped:
         raise KeyboardInterrupt
     return summary
+
+
+def _priors(settings: SearchSettings, op: ir.Op) -> dict:
+    try:
+        return learned.priors_for(settings, op)
+    except ImportError:
+        return {}
 
 
 def start(settings: SearchSettings, out: str | Path, cache_path: str | None = None,
@@ -198,7 +231,8 @@ def start(settings: SearchSettings, out: str | Path, cache_path: str | None = No
     settings.op = op.name
     spaces_for(op, settings.backends, settings.device)  # bad backends fail before the dir
     header = {"settings": settings.to_record(), "op_hash": op.hash,
-              "cache": str(cache_path) if cache_path else None, "created": time.time()}
+              "cache": str(cache_path) if cache_path else None, "created": time.time(),
+              "priors": _priors(settings, op)}
     try:
         store = RunStore.create(out, header, text)
     except RunError as e:

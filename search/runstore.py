@@ -3,10 +3,11 @@
     RUN/
       lineage.msgpack   append-only stream: a header record, then one record per node
       summary.json      rewritten atomically after every node
-      kernels/          the source of every evaluated kernel; best.<ext> is the best one
+      kernels/          the source of every evaluated kernel, by content hash;
+                        best.<ext> is a copy of the best one
       spec.kspec        the spec as it was when the run started
 
-Each node record is appended and flushed (fsync) before the next proposal, so
+Each node record is appended and flushed before the next proposal, so
 a ``kill -9`` loses only what was in flight; a torn last record (killed mid-
 write) is dropped on load. Records carry a schema version and unknown fields
 are ignored, so older and newer kdsl read each other's runs.
@@ -66,9 +67,10 @@ class RunStore:
     def _append(self, record: dict) -> None:
         if self._fh is None:
             self._fh = open(self.root / LINEAGE, "ab")
+        # flush hands the record to the OS, which is what survives a kill -9 of this
+        # process; an fsync per node (power-loss safety) would cost more than the engine
         self._fh.write(msgpack.packb(record, default=str))
         self._fh.flush()
-        os.fsync(self._fh.fileno())
 
     def append_node(self, record: dict) -> dict:
         record = {"type": "node", "schema": SCHEMA, **record}
@@ -76,9 +78,12 @@ class RunStore:
         self.nodes.append(record)
         return record
 
-    def write_kernel(self, node: int, source: str, ext: str) -> str:
-        rel = f"kernels/node-{node:05d}.{ext}"
-        (self.root / rel).write_text(source)
+    def write_kernel(self, source_hash: str, source: str, ext: str) -> str:
+        """Kernels are stored by content: nodes with the same source share one file."""
+        rel = f"kernels/{source_hash}.{ext}"
+        path = self.root / rel
+        if not path.exists():
+            path.write_text(source)
         return rel
 
     def mark_best(self, rel: str, ext: str) -> str:

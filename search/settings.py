@@ -20,6 +20,17 @@ class SearchSettings:
     executor: str = "pool"                  # 'inline' | 'pool' | 'ray'
     executor_options: dict = field(default_factory=dict)
     operator_weights: dict = field(default_factory=dict)  # overrides of the defaults
+    llm: str = "off"                        # 'off' | 'anthropic' | 'replay'
+    model: str = "claude-sonnet-4-5"
+    max_llm_calls: int | None = None
+    llm_repairs: int = 2                    # repair attempts after a failed LLM child
+    llm_base_url: str | None = None         # another Messages API endpoint (tests, proxies)
+    llm_backoff_s: float = 2.0              # first retry delay; doubles each retry
+    llm_timeout_s: float = 180.0
+    replay_from: str | None = None          # run dir or exchanges file for --llm replay
+    hardware: str | None = None             # knowledge retrieval; None: from the device
+    knowledge_path: str | None = None       # learned-knowledge store; None: the default
+    use_priors: bool = True                 # weight operators by what earlier runs learned
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_record(self) -> dict:

@@ -50,12 +50,22 @@ class FakeExecutor:
         genes = job.candidate.genes
         r = fake_reward(genes)
         f: Future = Future()
+        src = job.candidate.source
+        if src is not None:  # free source (an LLM's): "# speed: X" says how fast it is
+            if "# broken" in src:
+                f.set_result(Result.failure("build", "SyntaxError: invalid syntax (line 3)",
+                                            source=src, build_log="line 3: invalid syntax"))
+                return f
+            speed = [float(line.split(":")[1]) for line in src.splitlines()
+                     if line.startswith("# speed:")]
+            r = speed[0] if speed else 1.0
         if r == 0.0:
             f.set_result(Result.failure("correctness", "fake mismatch",
                                         source=f"# {genes}\n"))
         else:
             f.set_result(Result(True, "timing", time_ms=1.0 / r, baseline_ms=1.0,
-                                baseline_name="eager", artifacts={"source": f"# {genes}\n"}))
+                                baseline_name="eager",
+                                artifacts={"source": src or f"# {genes}\n"}))
         return f
 
     def shutdown(self):

@@ -108,6 +108,11 @@ class Policy:
         for node_id, reward in results:
             self.tree.observe(node_id, reward)
 
+    def follow_up(self, parent: int, kind: str) -> Proposal:
+        """A node the engine asks for outside the policy's choice (an LLM repair of a failed
+        child); it joins the tree under ``parent`` and its reward backs up as usual."""
+        return self._make((parent,), kind)
+
     # ---- for subclasses ----
     def choose(self) -> Proposal:
         raise NotImplementedError

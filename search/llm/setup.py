@@ -1,0 +1,79 @@
+"""Switching the LLM operators on for a run: client, exchange log, session, operators."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from kdsl import ir
+from kdsl.errors import UsageError
+
+from ..operators import Context, OperatorSet
+from ..settings import SearchSettings
+from .client import AnthropicClient, ReplayClient
+from .exchanges import ExchangeLog
+from .operators import LLMSession, install
+
+EXCHANGES = "llm_exchanges.msgpack"
+KEY_VARIABLE = "ANTHROPIC_API_KEY"
+
+
+def api_key() -> str | None:
+    """The one place kdsl reads the API key; it is handed to the SDK and stored nowhere."""
+    return os.environ.get(KEY_VARIABLE) or None
+
+
+def resolve_mode(requested: str | None) -> str:
+    """'auto' (the CLI default) is anthropic when a key is set and off otherwise."""
+    if requested in (None, "auto"):
+        return "anthropic" if api_key() else "off"
+    if requested == "anthropic" and not api_key():
+        raise UsageError(f"--llm anthropic needs {KEY_VARIABLE} in the environment")
+    if requested not in ("off", "anthropic", "replay"):
+        raise UsageError(f"unknown --llm '{requested}'; known: off, anthropic, replay")
+    return requested
+
+
+def hardware_of(settings: SearchSettings) -> str:
+    return settings.hardware or ("h200" if settings.device == "cuda" else "x86-64")
+
+
+def _replay_log(settings: SearchSettings, run_dir: Path) -> ExchangeLog:
+    own = run_dir / EXCHANGES
+    if settings.replay_from and not own.exists():
+        src = Path(settings.replay_from)
+        src = src / EXCHANGES if src.is_dir() else src
+        if not src.is_file():
+            raise UsageError(f"--replay-from: no recorded exchanges at {src}")
+        shutil.copyfile(src, own)
+    if not own.exists():
+        raise UsageError("--llm replay needs --replay-from RUN (a run recorded with --llm)")
+    return ExchangeLog(own)
+
+
+def configure(settings: SearchSettings, op: ir.Op, ctx: Context, operators: OperatorSet,
+              languages: dict[str, str], run_dir: Path) -> LLMSession | None:
+    if settings.llm == "off":
+        return None
+    if settings.llm == "replay":
+        client = ReplayClient(settings.model, _replay_log(settings, run_dir),
+                              max_calls=settings.max_llm_calls)
+    else:
+        key = api_key()
+        if not key:
+            raise UsageError(f"--llm anthropic needs {KEY_VARIABLE} in the environment")
+        client = AnthropicClient(settings.model, key, ExchangeLog(run_dir / EXCHANGES),
+                                 base_url=settings.llm_base_url,
+                                 max_calls=settings.max_llm_calls,
+                                 backoff_s=settings.llm_backoff_s,
+                                 timeout_s=settings.llm_timeout_s)
+    try:
+        from kdsl.knowledge.opclass import op_class
+        klass = op_class(op)
+    except ImportError:
+        klass = "any"
+    session = LLMSession(client, op, settings.device, hardware_of(settings), klass, languages)
+    install(operators, session)
+    ctx.extra["llm"] = session
+    ctx.extra["max_repairs"] = settings.llm_repairs
+    return session

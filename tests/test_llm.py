@@ -1,0 +1,176 @@
+"""The LLM operators against a real local HTTP server that speaks the Messages API."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kdsl.cli import main
+from kdsl.search import runs
+from kdsl.search.display import QuietDisplay
+from kdsl.search.jobs import EvalConfig
+from kdsl.search.llm.replies import ReplyError, apply_edits, source_from_reply
+from kdsl.search.settings import SearchSettings
+
+from fakes import FakeExecutor, register
+from messages_server import MessagesServer
+
+SPEC = "specs/swiglu.kspec"
+SECRET = "sk-ant-test-SECRET-0123456789"
+ONLY_REWRITE = {"mutate_one": 0, "mutate_many": 0, "neighbour": 0, "crossover": 0,
+                "llm_draft": 0, "llm_crossover": 0, "sample": 0}
+
+
+@pytest.fixture(autouse=True)
+def env(monkeypatch, tmp_path):
+    register()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+
+
+def settings(server_url, tmp_path, **kw):
+    base = dict(spec=SPEC, op=None, backends=("fake",), policy="greedy", seed=1, budget=6,
+                executor="inline", llm="anthropic", model="claude-sonnet-4-5",
+                llm_base_url=server_url, llm_backoff_s=0.01, llm_timeout_s=2.0,
+                operator_weights=ONLY_REWRITE, policy_params={"draft": 0},
+                use_priors=False, knowledge_path=str(tmp_path / "learned.json"),
+                eval=EvalConfig())
+    base.update(kw)
+    return SearchSettings(**base)
+
+
+def fenced(body: str) -> str:
+    return f"Here is a faster kernel.\n\n```python\n{body}```\n"
+
+
+EDIT_2_TO_3 = "<<<<<<< SEARCH\n# speed: 2.0\n=======\n# speed: 3.0\n>>>>>>> REPLACE\n"
+BAD_EDIT = "<<<<<<< SEARCH\n# this line is not in the parent\n=======\n# x\n>>>>>>> REPLACE\n"
+SCRIPT = [fenced("# speed: 2.0\ndef kernel(i, o, s): pass\n"), EDIT_2_TO_3, BAD_EDIT,
+          fenced("# broken\ndef kernel(i, o, s) pass\n"),
+          fenced("# speed: 5.0\ndef kernel(i, o, s): pass\n")]
+
+
+def run_scripted(tmp_path, name="run", script=SCRIPT, **kw):
+    with MessagesServer(script, default="no code in this reply") as server:
+        store, summary = runs.start(settings(server.url, tmp_path, **kw), tmp_path / name,
+                                    None, QuietDisplay(), FakeExecutor())
+    return store, summary, server
+
+
+def test_scripted_search_improves_repairs_and_rejects_bad_edits(tmp_path):
+    store, summary, server = run_scripted(tmp_path)
+    nodes = store.nodes
+    ops = [r["operator"] for r in nodes]
+    assert ops == ["start", "llm_rewrite", "llm_rewrite", "llm_rewrite", "llm_rewrite",
+                   "llm_repair"]
+    speed = [r["result"]["speedup"] for r in nodes]
+    assert speed[1] == pytest.approx(2.0) and speed[2] == pytest.approx(3.0)
+    # the edit that did not match is a failed child with that reason
+    assert not nodes[3]["result"]["ok"] and "SEARCH text does not occur" in \
+        nodes[3]["result"]["message"]
+    # the kernel that failed to build is repaired from the compiler feedback
+    assert nodes[4]["result"]["stage"] == "build"
+    assert nodes[5]["kind"] == "repair" and nodes[5]["parents"] == [nodes[4]["id"]]
+    assert "SyntaxError" in server.requests[4]["messages"][0]["content"]
+    assert summary["best"]["speedup"] == pytest.approx(5.0)
+    llm = summary["llm"]
+    assert llm["calls"] == 5 and llm["input_tokens"] > 0 and llm["output_tokens"] > 0
+    assert llm["cost_usd"] > 0
+
+
+def test_prompt_carries_spec_parent_feedback_and_constraints(tmp_path):
+    store, summary, server = run_scripted(tmp_path)
+    second = server.requests[1]["messages"][0]["content"]
+    assert "op swiglu" in second                 # the spec text
+    assert "# speed: 2.0" in second             # the parent's source
+    assert "2.000x" in second or "speedup 2.0" in second  # its evaluation feedback
+    assert server.requests[1]["system"]          # the system prompt from the template file
+    assert server.requests[1]["model"] == "claude-sonnet-4-5"
+
+
+def test_api_errors_are_retried_with_backoff(tmp_path):
+    script = [("status", 429), ("status", 529), ("status", 500), ("sleep", 3.0),
+              fenced("# speed: 2.5\n")]
+    store, summary, server = run_scripted(tmp_path, script=script, budget=2)
+    assert store.nodes[1]["result"]["speedup"] == pytest.approx(2.5)
+    assert summary["llm"]["retries"] == 4 and summary["llm"]["calls"] == 1
+
+
+def test_exhausted_retries_are_a_failed_child_and_the_run_goes_on(tmp_path):
+    script = [("status", 503)] * 5 + [fenced("# speed: 2.5\n")]
+    store, summary, server = run_scripted(tmp_path, script=script, budget=3)
+    failed = store.nodes[1]["result"]
+    assert not failed["ok"] and failed["stage"] == "operator"
+    assert "HTTP 503" in failed["message"]
+    assert store.nodes[2]["result"]["speedup"] == pytest.approx(2.5)
+    assert summary["evaluations"] == 3
+
+
+def test_client_errors_are_not_retried(tmp_path):
+    store, summary, server = run_scripted(tmp_path, script=[("status", 400)], budget=2)
+    assert len(server.requests) == 1 and "HTTP 400" in store.nodes[1]["result"]["message"]
+
+
+def test_max_llm_calls_is_a_budget(tmp_path):
+    store, summary, server = run_scripted(tmp_path, max_llm_calls=2, budget=6)
+    assert len(server.requests) == 2
+    assert summary["evaluations"] == 6
+
+
+def test_replay_reproduces_the_run_without_the_server(tmp_path):
+    first, _, _ = run_scripted(tmp_path)
+    replayed, summary = runs.start(
+        settings("http://127.0.0.1:9", tmp_path, llm="replay", replay_from=str(first.root)),
+        tmp_path / "replayed", None, QuietDisplay(), FakeExecutor())
+    strip = lambda ns: [{k: v for k, v in r.items() if k != "time"} for r in ns]  # noqa
+    assert strip(replayed.nodes) == strip(first.nodes)
+    assert summary["llm"]["calls"] == 5
+
+
+def test_replay_of_an_unseen_request_fails_clearly(tmp_path, capsys):
+    first, _, _ = run_scripted(tmp_path, budget=2)
+    rc = main(["search", SPEC, "--backend", "fake", "--executor", "inline", "--llm", "replay",
+               "--replay-from", str(first.root), "--budget", "6", "--seed", "9",
+               "--no-priors", "--out", str(tmp_path / "again")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no recorded reply" in err and "Traceback" not in err
+
+
+def test_resume_asks_the_log_not_the_server(tmp_path):
+    first, _, server = run_scripted(tmp_path)
+    import msgpack
+    from kdsl.search.runstore import LINEAGE
+    records = [first.header] + first.nodes[:3]
+    (first.root / LINEAGE).write_bytes(b"".join(msgpack.packb(r) for r in records))
+    with MessagesServer([], default="unused") as s2:
+        st = settings(s2.url, tmp_path)
+        resumed, _ = runs.resume(first.root, None, QuietDisplay(), FakeExecutor())
+    assert len(resumed.nodes) == 6 and s2.requests == []
+
+
+def test_the_api_key_is_in_no_file(tmp_path):
+    store, _, server = run_scripted(tmp_path)
+    assert any(SECRET in str(h.values()) for h in server.headers)  # it was sent...
+    for path in Path(tmp_path).rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path  # ...and written nowhere
+
+
+def test_off_by_default_without_a_key(monkeypatch, tmp_path):
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    from kdsl.search.llm.setup import resolve_mode
+    assert resolve_mode("auto") == "off"
+    assert main(["search", SPEC, "--llm", "anthropic", "--backend", "fake",
+                 "--out", str(tmp_path / "x")]) == 2
+
+
+def test_edits_apply_exactly_or_fail():
+    parent = "a = 1\nb = 2\nc = 3\n"
+    assert apply_edits(parent, [("b = 2", "b = 20")]) == "a = 1\nb = 20\nc = 3\n"
+    with pytest.raises(ReplyError, match="does not occur"):
+        apply_edits(parent, [("b = 2", "b = 20"), ("q = 9", "")])
+    with pytest.raises(ReplyError, match="occurs 2 times"):
+        apply_edits("x\nx\n", [("x", "y")])
+    assert source_from_reply("```c\nint f;\n```\n```python\nprint()\n```", None, "c") == \
+        "int f;\n"
+    with pytest.raises(ReplyError, match="neither"):
+        source_from_reply("I cannot help with that.", "p", "python")
