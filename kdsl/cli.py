@@ -59,6 +59,10 @@ def _build() -> argparse.ArgumentParser:
     c.add_argument("--seeds", default="0-4", help="a range 0-4 or a list 0,1,2")
     c.add_argument("--out", required=True)
 
+    k2 = sub.add_parser("knowledge", help="what kdsl has learned, and its notes")
+    k2.add_argument("action", choices=("show", "notes"))
+    k2.add_argument("--path", help="the learned-knowledge store (default: the user's)")
+
     x = sub.add_parser("export", help="write a run's best kernel as a standalone module")
     x.add_argument("run")
     x.add_argument("--out", required=True)

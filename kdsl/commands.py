@@ -87,3 +87,14 @@ def cmd_compare(args) -> int:
 def cmd_export(args) -> int:
     from kdsl.search.export import export
     return export(args)
+
+
+def cmd_knowledge(args) -> int:
+    from kdsl.knowledge import learned, notes
+    if args.action == "show":
+        path = args.path or learned.default_path()
+        print(learned.describe(path))
+    else:
+        for n in notes.load():
+            print(f"{n.path}: {n.title}")
+    return 0

@@ -26,7 +26,7 @@ def fake_backend():
 
 def settings(**kw):
     base = dict(spec=SPEC, op=None, backends=("fake",), policy="mcts", seed=3, budget=25,
-                workers=1, executor="inline", eval=EvalConfig(time=True))
+                workers=1, executor="inline", use_priors=False, eval=EvalConfig(time=True))
     base.update(kw)
     return SearchSettings(**base)
 

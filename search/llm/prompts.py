@@ -14,7 +14,7 @@ from kdsl.show import format_op
 
 from ..result import Result
 
-KNOWLEDGE_TOKENS = 3000  # budget for retrieved notes in one prompt
+KNOWLEDGE_TOKENS = 6000  # budget for retrieved notes in one prompt
 
 
 def template(name: str) -> string.Template:
@@ -72,8 +72,7 @@ class PromptContext:
         notes = retrieve(query, self.backend, self.hardware, self.op_class, KNOWLEDGE_TOKENS)
         cons = [n for n in notes if "constraints" in str(n.path)]
         rest = [n for n in notes if "constraints" not in str(n.path)]
-        fmt = lambda ns: "\n\n".join(f"### {n.title}\n{n.body.strip()}" for n in ns)  # noqa
-        return fmt(cons), fmt(rest)
+        return _notes_text(cons), _notes_text(rest)
 
     def fields(self, query: str) -> dict:
         constraints, knowledge = self.knowledge(query)
@@ -81,6 +80,17 @@ class PromptContext:
                 "ir_summary": format_op(self.op), "backend": self.backend,
                 "device": self.device, "hardware": self.hardware, "op_class": self.op_class,
                 "constraints": constraints, "knowledge": knowledge}
+
+
+def _notes_text(notes) -> str:
+    parts = []
+    for n in notes:
+        body = n.body.strip()
+        first, _, rest = body.partition("\n")
+        if first.lstrip("# ").strip() == n.title.strip():
+            body = rest.strip()  # the note's own heading repeats its title
+        parts.append(f"### {n.title}\n{body}")
+    return "\n\n".join(parts)
 
 
 def render(name: str, ctx: PromptContext, query: str, **fields) -> str:
