@@ -1,0 +1,116 @@
+"""Every spec at its bench size: torch eager, torch.compile, a backend's default genome, the floor.
+
+    python bench/backend_table.py --device cuda --out DIR     # Triton on a GPU
+    python bench/backend_table.py --device cpu --out DIR      # the c backend on this machine
+
+Each number comes from the evaluator itself (the path every search candidate
+takes): the default-genome kernel is checked for correctness, then it and the
+baseline are timed in the same worker process, once against eager torch and
+once against torch.compile. The floor is the bytes the op must move over the
+copy bandwidth measured in that process. Writes DIR/backend_table.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kdsl import backends, spec
+from kdsl.search.candidate import Candidate
+from kdsl.search.executors import PoolExecutor
+from kdsl.search.jobs import EvalConfig, EvalJob
+from kdsl.search.runs import versions
+
+
+def gpu_name(device: str) -> str:
+    if device != "cuda":
+        return platform.processor() or platform.machine()
+    import torch
+    return torch.cuda.get_device_name(0)
+
+
+def row_of(op, point_sizes, eager, compiled) -> dict:
+    a = eager.artifacts or {}
+    return {
+        "op": op.name, "shape": point_sizes, "dtype": (a.get("bench") or {}).get("dtype"),
+        "ok": eager.ok, "stage": eager.stage,
+        "message": "" if eager.ok else eager.message.splitlines()[0][:200],
+        "eager_ms": eager.baseline_ms, "compile_ms": compiled.baseline_ms,
+        "compile_baseline": compiled.baseline_name,
+        "kernel_ms": eager.time_ms, "floor_ms": a.get("floor_ms"),
+    }
+
+
+def ratio(a, b):
+    return round(a / b, 3) if a and b else None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    ap.add_argument("--backend", help="default: triton on cuda, c on cpu")
+    ap.add_argument("--ops", help="comma-separated op names (default: every spec)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--timeout", type=float, default=600.0)
+    args = ap.parse_args(argv)
+    backend = args.backend or ("triton" if args.device == "cuda" else "c")
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            print("backend_table: error: --device cuda but no CUDA device is visible",
+                  file=sys.stderr)
+            return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = set(args.ops.split(",")) if args.ops else None
+    rows = []
+    pool = PoolExecutor(workers=1)
+    try:
+        for path in spec.library():
+            for op in spec.load(path).ops:
+                if wanted and op.name not in wanted:
+                    continue
+                b = backends.get(backend)
+                cand = Candidate.of(backend, b.space(op, args.device).default(), origin="default")
+                t0 = time.monotonic()
+                res = {}
+                for mode in ("eager", "compile"):
+                    cfg = EvalConfig(device=args.device, baseline=mode, timeout_s=args.timeout,
+                                     reps=20 if args.device == "cuda" else 10)
+                    res[mode] = pool.submit(EvalJob(op, cand, cfg)).result()
+                point = next((p for p in op.bench if p.device == args.device),
+                             next(p for p in op.bench if p.device is None))
+                row = row_of(op, point.size_dict(), res["eager"], res["compile"])
+                row["wall_s"] = round(time.monotonic() - t0, 1)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        pool.shutdown()
+    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "device": gpu_name(args.device), "backend": backend, "versions": versions()}
+    (out / "backend_table.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    lines = [f"{meta['date']} · {meta['device']} · backend {backend} (default genome) · "
+             f"torch {meta['versions']['torch']} · triton {meta['versions']['triton']}", "",
+             "| op | shape | dtype | eager ms | compile ms | kernel ms | floor ms | "
+             "eager/kernel | compile/kernel | kernel/floor |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
+    for r in rows:
+        shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
+        kern = f(r["kernel_ms"]) if r["ok"] else f"failed ({r['stage']})"
+        lines.append(f"| {r['op']} | {shape} | {r['dtype']} | {f(r['eager_ms'])} | "
+                     f"{f(r['compile_ms'])} | {kern} | {f(r['floor_ms'])} | "
+                     f"{f(ratio(r['eager_ms'], r['kernel_ms']))} | "
+                     f"{f(ratio(r['compile_ms'], r['kernel_ms']))} | "
+                     f"{f(ratio(r['kernel_ms'], r['floor_ms']))} |")
+    (out / "backend_table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
