@@ -1,0 +1,366 @@
+"""Assembling the Triton module for a contraction: one @triton.jit kernel and its launcher.
+
+The kernel is one GEMM tile loop over flattened axes: each program owns a
+BLOCK_M x BLOCK_N tile of one batch entry (grouped launch order for L2 reuse),
+walks the flattened reduction in BLOCK_K steps with ``tl.dot`` into an fp32
+accumulator, applies the epilogue and stores in the output's dtype. Indices
+are recovered from the flat lanes by division. Lanes past the end of M or N
+wrap around to valid ones (``lane % n``, which keeps their contiguity
+provable, unlike a clamp), so loads need no M/N masks and only the store is
+masked; K lanes are masked unless the launcher proved the tail empty.
+
+The launcher clamps the genome to what the sizes and the device allow: tiles
+no larger than the problem (at least 16, tl.dot's minimum), an accumulator of
+at most 128 fp32 values a thread, and pipeline stages that fit shared memory.
+"""
+from __future__ import annotations
+
+from kdsl import ir
+
+from .triton_dot_expr import HELPERS, Run, TileScope
+from .triton_dot_plan import Axis, Contraction
+
+
+def split_axes(plan: Contraction, flatten: bool):
+    """(batch, m, n) axes; without ``flatten`` only each side's innermost axis is tiled."""
+    batch, m, n = list(plan.batch), list(plan.m), list(plan.n)
+    if not flatten:
+        batch += m[:-1] + n[:-1]
+        m, n = m[-1:], n[-1:]
+    batch.sort(key=lambda ax: _position(plan, ax))
+    return batch, m, n
+
+
+def _position(plan: Contraction, ax: Axis) -> float:
+    for p in plan.pairs:
+        if ax.name in (p.row, p.col):
+            return plan.lhs.index(p.index) + (0.25 if ax.name == p.row else 0.5)
+    return plan.lhs.index(ax.name)
+
+
+def tensors(plan: Contraction) -> list[str]:
+    names = [plan.a.tensor, plan.b.tensor]
+    names += [n.tensor for n in ir.walk(plan.epilogue) if isinstance(n, ir.Access)]
+    names.append(plan.target)
+    return list(dict.fromkeys(names))
+
+
+def render_module(op: ir.Op, plan: Contraction, genome: dict) -> str:
+    batch, m, n = split_axes(plan, bool(genome.get("FLATTEN", 1)))
+    name = "kdsl_" + "".join(c if c.isalnum() else "_" for c in op.name)
+    helpers: set[str] = set()
+    body = _kernel_body(op, plan, batch, m, n, helpers)
+    ptrs = [f"t_{t}" for t in tensors(plan)]
+    dims = [f"d_{d}" for d in op.dims]
+    params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k"] + [
+        f"{c}: tl.constexpr" for c in
+        ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "IDX64", "IEEE", "SHARE")]
+    sig = _wrap(f"def {name}(", params, "):")
+    parts = [_HEADER.format(op=op.name)]
+    parts += [HELPERS[h] for h in sorted(helpers)]
+    parts.append("@triton.jit\n" + sig + "\n" + "\n".join("    " + ln if ln else "" for ln in body))
+    parts.append(_launcher(op, plan, batch, m, n, name, genome))
+    return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+
+
+def _wrap(head: str, items: list[str], tail: str, width: int = 96) -> str:
+    lines, cur = [], head
+    for i, it in enumerate(items):
+        piece = it + (", " if i < len(items) - 1 else "")
+        if len(cur) + len(piece) > width:
+            lines.append(cur.rstrip())
+            cur = " " * 8 + piece
+        else:
+            cur += piece
+    lines.append(cur + tail)
+    return "\n".join(lines)
+
+
+# ---- the kernel ---------------------------------------------------------------
+
+_PROLOGUE = [
+    "pid = tl.program_id(0)",
+    "tiles_m = tl.cdiv(n_m, BLOCK_M)",
+    "tiles_n = tl.cdiv(n_n, BLOCK_N)",
+    "pid_b = pid // (tiles_m * tiles_n)",
+    "tile = pid % (tiles_m * tiles_n)",
+    "# grouped order: GROUP_M row tiles share each column tile while it sits in L2",
+    "width = GROUP_M * tiles_n",
+    "first_m = (tile // width) * GROUP_M",
+    "group_m = tl.minimum(tiles_m - first_m, GROUP_M)",
+    "pid_m = first_m + (tile % width) % group_m",
+    "pid_n = (tile % width) // group_m",
+    "lane_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+    "lane_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+    "if IDX64:",
+    "    pid_b = pid_b.to(tl.int64)",
+    "    lane_m = lane_m.to(tl.int64)",
+    "    lane_n = lane_n.to(tl.int64)",
+    "ok_m = lane_m < n_m",
+    "ok_n = lane_n < n_n",
+    "# wrapped lanes read valid data and keep their contiguity visible to the compiler",
+    "flat_m = lane_m % n_m",
+    "flat_n = lane_n % n_n",
+]
+_DOT = [
+    "if IEEE:",
+    '    acc = tl.dot(x_a, x_b, acc, input_precision="ieee")',
+    "else:",
+    "    acc = tl.dot(x_a, x_b, acc)",
+]
+
+
+def _kernel_body(op, plan: Contraction, batch, m, n, helpers) -> list[str]:
+    dims = TileScope(op, {}, helpers=helpers)
+    body = list(_PROLOGUE)
+    body += _decompose("pid_b", batch, dims) + _decompose("flat_m", m, dims)
+    body += _decompose("flat_n", n, dims)
+    scalar = {ax.name: f"i_{ax.name}" for ax in batch}
+    rows = {ax.name: f"i_{ax.name}[:, None]" for ax in m}
+    cols = {ax.name: f"i_{ax.name}[None, :]" for ax in n}
+    run_m, run_n = _run(m, "flat_m[:, None]", "n_m"), _run(n, "flat_n[None, :]", "n_n")
+    body += _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers)
+    out = TileScope(op, {**scalar, **rows, **cols}, helpers=helpers, runs=(run_m, run_n))
+    return body + _epilogue(plan, m, n, out)
+
+
+def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpers) -> list[str]:
+    k_cols = {ax.name: f"i_{ax.name}[None, :]" for ax in plan.k}
+    k_rows = {ax.name: f"i_{ax.name}[:, None]" for ax in plan.k}
+    a_scope = TileScope(op, {**scalar, **rows, **k_cols}, helpers=helpers,
+                        runs=(run_m, _run(plan.k, "lane_k[None, :]", "n_k")))
+    b_scope = TileScope(op, {**scalar, **cols, **k_rows}, helpers=helpers,
+                        runs=(run_n, _run(plan.k, "lane_k[:, None]", "n_k")))
+    every = plan.batch + plan.m + plan.n + plan.k
+    inner = ["lane_k = k0 + tl.arange(0, BLOCK_K)", "if IDX64:", "    lane_k = lane_k.to(tl.int64)"]
+    inner += _decompose("lane_k", plan.k, TileScope(op, {}, helpers=helpers))
+    a_ptr, a_inside, a_pad = _operand(plan.a, a_scope, m, plan.k, ("BLOCK_M", "BLOCK_K"), every)
+    b_ptr, b_inside, b_pad = _operand(plan.b, b_scope, plan.k, n, ("BLOCK_K", "BLOCK_N"), every)
+    inner += _loads("a", a_ptr, a_inside, a_pad, "[None, :]")
+    b_lines = _loads("b", b_ptr, b_inside, b_pad, "[:, None]")
+    if _self_transposed(plan, m, n):
+        # B is A with rows and columns swapped (a gram tile): when one tile covers both,
+        # the launcher sets SHARE and the operand is read once
+        inner += ["if SHARE:", "    x_b = tl.trans(x_a)", "else:"] + ["    " + ln for ln in b_lines]
+    else:
+        inner += b_lines
+    inner += _DOT
+    return ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+            "for k0 in range(0, n_k, BLOCK_K):"] + ["    " + ln for ln in inner]
+
+
+def _epilogue(plan: Contraction, m, n, out: TileScope) -> list[str]:
+    lines, store_mask = [], ["ok_m[:, None]", "ok_n[None, :]"]
+    for p in plan.pairs:
+        row, col, size = out.index[p.row], out.index[p.col], out.idx(p.size)
+        extent = out.idx(plan.extent_of(p.index))
+        lines += [f"# strict upper triangle of the {p.index} tile, row-major",
+                  f"i_{p.index} = {row} * (2 * {size} - {row} - 1) // 2 + {col} - {row} - 1",
+                  f"tri_{p.index} = ({row} < {col}) & (i_{p.index} < {extent})"]
+        out.index.update({p.index: f"i_{p.index}", f"triu_row({p.index})": row,
+                          f"triu_col({p.index})": col})
+        out.pair_masks[p.index] = f"tri_{p.index}"
+        store_mask.append(f"tri_{p.index}")
+    value = out.value(plan.epilogue)
+    target = ir.Access(plan.target, tuple(ir.Name(i) for i in plan.lhs))
+    ptr = f"t_{plan.target} + ({out.offset(target)})"
+    spans = set(plan.lhs) | {v for p in plan.pairs for v in (p.row, p.col)}
+    if not (spans & {ax.name for ax in m}) or not (spans & {ax.name for ax in n}):
+        ptr += " + tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)"  # an output without M or N
+    return lines + [
+        f"val = {value.code}",
+        f"tl.store({ptr}, val.to(t_{plan.target}.dtype.element_ty), "
+        f"mask={' & '.join(store_mask)})",
+    ]
+
+
+def _run(axes, flat: str, extent: str) -> Run:
+    """The flat lane of a group; only a group whose every index starts at 0 is a plain run."""
+    if any(ax.lo != ir.Num(0) for ax in axes):
+        return Run((), (), flat, extent)
+    return Run(tuple(ax.name for ax in axes), tuple(ax.extent for ax in axes), flat, extent)
+
+
+def _decompose(flat: str, axes, scope: TileScope) -> list[str]:
+    """Row-major unflattening of ``flat`` into one variable per axis, innermost first."""
+    if not axes:
+        return []
+    out, rest = [], flat
+    for j, ax in enumerate(reversed(axes)):
+        lo = "" if ax.lo == ir.Num(0) else f"{scope.idx(ax.lo)} + "
+        if j == len(axes) - 1:
+            out.append(f"i_{ax.name} = {lo}{rest}")
+            break
+        extent = scope.idx(ax.extent)
+        out.append(f"i_{ax.name} = {lo}{rest} % {extent}")
+        # one name per flat axis: a loop-carried name must keep its shape
+        out.append(f"rest_{flat} = {rest} // {extent}")
+        rest = f"rest_{flat}"
+    return out
+
+
+def _operand(f: ir.Access, scope: TileScope, rows, cols, shape, every_axis):
+    """Pointer tile of a factor, its padding checks and its non-zero pad value (or None)."""
+    in_range = {(ax.name, ax.extent) for ax in every_axis if ax.lo == ir.Num(0)}
+    ptr = f"t_{f.tensor} + ({scope.offset(f)})"
+    used = {n.name for s in f.subscripts for n in ir.walk(s) if isinstance(n, ir.Name)}
+    if not (used & {ax.name for ax in rows}) or not (used & {ax.name for ax in cols}):
+        ptr += f" + tl.zeros(({shape[0]}, {shape[1]}), dtype=tl.int32)"  # tl.dot needs full tiles
+    inside = scope.inside(f, in_range)
+    pad = None
+    if inside:
+        v = scope.value(f.pad)
+        pad = None if v.const == 0 else v.code
+    return ptr, inside, pad
+
+
+def _loads(side: str, ptr: str, inside: list[str], pad, k_bcast: str) -> list[str]:
+    """One operand's tile: K's tail masked unless EVEN_K, padded reads checked."""
+    x, p = f"x_{side}", f"ptr_{side}"
+    out = [f"{p} = {ptr}", "if EVEN_K:", "    " + _load(x, p, inside),
+           "else:", "    " + _load(x, p, inside + [f"(lane_k < n_k){k_bcast}"])]
+    if pad is not None:  # a non-zero pad value on padded lanes only, never on K's tail
+        out.append(f"x_{side} = tl.where({' & '.join(inside)}, x_{side}, {pad}).to(x_{side}.dtype)")
+    return out
+
+
+def _self_transposed(plan: Contraction, m, n) -> bool:
+    if plan.a.tensor != plan.b.tensor or plan.a.pad != plan.b.pad or len(m) != len(n) or not m:
+        return False
+    if any(x.extent != y.extent or x.lo != y.lo for x, y in zip(m, n)):
+        return False
+    swap = {x.name: ir.Name(y.name) for x, y in zip(m, n)}
+    return tuple(_rename(s, swap) for s in plan.a.subscripts) == plan.b.subscripts
+
+
+def _rename(e: ir.Expr, names: dict[str, ir.Expr]) -> ir.Expr:
+    if isinstance(e, ir.Name):
+        return names.get(e.name, e)
+    if isinstance(e, ir.Binary):
+        return ir.Binary(e.op, _rename(e.left, names), _rename(e.right, names))
+    if isinstance(e, ir.Unary):
+        return ir.Unary(e.op, _rename(e.operand, names))
+    return e
+
+
+def _load(var: str, ptr: str, mask: list[str]) -> str:
+    if not mask:
+        return f"{var} = tl.load({ptr})"
+    return f"{var} = tl.load({ptr}, mask={' & '.join(mask)}, other=0.0)"
+
+
+# ---- the launcher ---------------------------------------------------------------
+
+def _host(e: ir.Expr) -> str:
+    """A dim expression as Python over ``sizes``."""
+    if isinstance(e, ir.Num):
+        return str(int(e.value))
+    if isinstance(e, ir.Name):
+        return f'sizes["{e.name}"]'
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        return f"(-{_host(e.operand)})"
+    if isinstance(e, ir.Binary):
+        return f"({_host(e.left)} {e.op} {_host(e.right)})"
+    raise AssertionError(f"not a dim expression: {e}")
+
+
+def _product(axes) -> str:
+    return " * ".join(f"max({_host(ax.extent)}, 0)" for ax in axes) or "1"
+
+
+def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict) -> str:
+    names = tensors(plan)
+    ins = [t for t in names if t != plan.target]
+    a, b = plan.a.tensor, plan.b.tensor
+    cast = "" if a == b else (
+        f'    if t["{a}"].dtype != t["{b}"].dtype:  # tl.dot wants one operand dtype\n'
+        f'        t["{a}"], t["{b}"] = t["{a}"].float(), t["{b}"].float()\n')
+    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+    gen = ", ".join(f'"{k}": {int(genome[k])}' for k in keys)
+    return _LAUNCHER.format(
+        genome=gen, name=name, dims=", ".join(f'"{d}"' for d in op.dims),
+        n_b=_product(batch), n_m=_product(m), n_n=_product(n), n_k=_product(plan.k),
+        ins=", ".join(f'"{t}"' for t in ins), target=plan.target, a=a, cast=cast,
+        args=", ".join(f't["{t}"]' for t in ins) + ", dst")
+
+
+_HEADER = '''"""Generated by kdsl (backends/triton_dot.py) for op {op}: a contraction as a tl.dot GEMM."""
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice  # noqa: F401  (pow, when the epilogue needs it)
+'''
+
+_LAUNCHER = '''GENOME = {{{genome}}}
+SMEM_DEFAULT = 232448  # H100/H200 opt-in shared memory a block; the interpreter's stand-in
+INDEX64_FROM = 2 ** 31  # elements: a tensor this big gets int64 offsets
+DIMS = ({dims},)
+
+
+def _pow2(n):
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def fit(n_m, n_n, n_k, itemsize, smem):
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_stages): the genome clamped to the problem and device."""
+    bm = min(GENOME["BLOCK_M"], max(16, _pow2(n_m)))
+    bn = min(GENOME["BLOCK_N"], max(16, _pow2(n_n)))
+    bk = min(GENOME["BLOCK_K"], max(16, _pow2(n_k)))
+    while bm * bn > 4096 * GENOME["num_warps"]:  # at most 128 fp32 accumulators a thread
+        if bn >= bm:
+            bn //= 2
+        else:
+            bm //= 2
+    stages = GENOME["num_stages"]
+
+    def need(s):
+        return s * (bm * bk + bk * bn) * itemsize
+
+    while stages > 1 and need(stages) > smem:
+        stages -= 1
+    while need(stages) > smem and bk > 16:
+        bk //= 2
+    while need(stages) > smem and max(bm, bn) > 16:
+        if bn >= bm:
+            bn //= 2
+        else:
+            bm //= 2
+    return bm, bn, bk, stages
+
+
+def configure(sizes, itemsize, smem=SMEM_DEFAULT, idx64=False, ieee=False):
+    """The launch for ``sizes``: grid, scalar arguments, constexprs and options; None if empty."""
+    n_b, n_m, n_n, n_k = {n_b}, {n_m}, {n_n}, {n_k}
+    if n_b <= 0 or n_m <= 0 or n_n <= 0:
+        return None
+    bm, bn, bk, stages = fit(n_m, n_n, n_k, itemsize, smem)
+    grid = (n_b * triton.cdiv(n_m, bm) * triton.cdiv(n_n, bn),)
+    scalars = [("d_" + d, int(sizes[d])) for d in DIMS]
+    scalars += [("n_b", n_b), ("n_m", n_m), ("n_n", n_n), ("n_k", max(n_k, 0))]
+    constexprs = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GENOME["GROUP_M"],
+                      EVEN_K=n_k % bk == 0, IDX64=idx64, IEEE=ieee,
+                      SHARE=n_m == n_n and bm == bn and n_m <= bm)
+    return dict(grid=grid, scalars=scalars, constexprs=constexprs,
+                num_warps=GENOME["num_warps"], num_stages=stages)
+
+
+def _smem(device):
+    if device.type != "cuda":
+        return SMEM_DEFAULT
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or SMEM_DEFAULT)
+
+
+def kernel(inputs, outputs, sizes):
+    t = {{name: inputs[name].contiguous() for name in ({ins},)}}
+{cast}    out = outputs["{target}"]
+    dst = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    big = max([x.numel() for x in t.values()] + [dst.numel()]) >= INDEX64_FROM
+    cfg = configure(sizes, t["{a}"].element_size(), _smem(dst.device), big,
+                    t["{a}"].dtype == torch.float32)
+    if cfg is not None:
+        {name}[cfg["grid"]]({args}, *[v for _, v in cfg["scalars"]], **cfg["constexprs"],
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if dst is not out:
+        out.copy_(dst)
+'''

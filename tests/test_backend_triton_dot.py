@@ -1,0 +1,441 @@
+"""triton_dot: contractions recognised from the IR, their genes, and the kernels they render.
+
+Generated kernels are checked two ways, each in one subprocess started once for the module:
+- run under the Triton interpreter (TRITON_INTERPRET=1, which must be set before triton is
+  imported) against ``kdsl.reference`` on small cases, in f32 and f16 (the interpreter's bf16
+  arithmetic is wrong);
+- compiled without a GPU for GPUTarget("cuda", 90, 32) and GPUTarget("hip", "gfx942", 64) at the
+  specs' bench sizes, reporting registers and spills (run pytest with -s to see them).
+This file is also the workers' entry point: ``python this_file.py interp|compile JOBS OUT``.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kdsl import cases, ir
+from kdsl.backends import Unsupported
+from kdsl.backends import triton_dot as td
+from kdsl.backends.triton_dot_plan import analyze
+from kdsl.spec import load, parse_text
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = ("matmul", "matmul_bias_relu", "conv1d", "dlrm_interaction")
+REQUIRED_GENES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+# Small test ranges (the interpreter is slow); draws still honour each spec's `where`.
+CAPS = {
+    "matmul": dict(M=64, N=64, K=64),
+    "matmul_bias_relu": dict(M=64, N=64, K=64),
+    "conv1d": dict(B=2, CI=8, CO=20, L=40, LO=46),
+    "dlrm_interaction": dict(B=3, F=40, D=48, P=780),
+}
+RAGGED = {
+    "matmul": dict(M=37, N=19, K=45),
+    "matmul_bias_relu": dict(M=37, N=19, K=45),
+    "conv1d": dict(B=2, CI=7, CO=19, L=37, KW=5, P=2, LO=37),
+    "dlrm_interaction": dict(B=3, F=19, D=45, P=171),
+}
+# Contractions the library does not hold, to keep recognition honest: batched A @ B^T with a
+# scale inside the sum and a gated epilogue; a vector-matrix mean over a range starting at 1
+# (no M index at all); a convolution padded with ones; an epilogue of literals (inf, pi),
+# floor division and modulo, a power and a gathered read.
+EXTRA_SPECS = """
+op bmm_nt_gate
+  dims Z, M, N, K
+  in  a: f32 | f16 [Z, M, K]
+  in  b: like a [Z, N, K]
+  in  g: like a [M]
+  out y: like a [Z, M, N]
+  y[z, i, j] = where(g[i] > 0, sigmoid(sum(k) a[z, i, k] * b[z, j, k] * 0.5), g[i] * 2)
+  baseline torch.where(g[:, None] > 0, torch.sigmoid(0.5 * a @ b.transpose(1, 2)), g[:, None] * 2)
+  tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
+  test  Z in 1..3, M in 1..40, N in 1..40, K in 1..40
+  bench Z=8, M=512, N=512, K=512, dtype=f16
+op vecmat_mean
+  dims N, K
+  in  v: f32 | f16 [K]
+  in  w: like v [K, N]
+  out y: f32 [N]
+  y[j] = mean(k in 1 .. K) f32(v[k]) * w[k, j]
+  baseline (v[1:].float() @ w[1:].float()) / (K - 1)
+  tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
+  test  N in 1..40, K in 2..40
+  bench N=4096, K=4096, dtype=f16
+op conv_pad_one
+  dims CI, CO, L, KW, P, LO
+  in  x: f32 | f16 [CI, L]
+  in  w: like x [CO, CI, KW]
+  out y: like x [CO, LO]
+  y[co, o] = relu(sum(ci, k) x[ci, o + k - P] pad(1) * w[co, ci, k]) + 1
+  baseline torch.relu(F.conv1d(F.pad(x, (P, P), value=1)[None], w)[0]) + 1
+  tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
+  test  CI in 1..6, CO in 1..20, L in 1..30, KW in 1..5, P in 0..2, LO in 1..34 where KW <= L + 2 * P, LO == L + 2 * P - KW + 1
+  bench CI=64, CO=64, L=4096, KW=3, P=1, LO=4096, dtype=f16
+op odd_epilogue
+  dims M, N, K
+  in  a: f32 | f16 [M, K]
+  in  b: like a [K, N]
+  in  s: like a [N]
+  out y: like a [M, N]
+  y[i, j] = min(sum(k) a[i, k] * b[k, j], inf) * pi / pi + s[(j + 1) // 2] ** 2 + max(s[j], -inf) * (i % 3)
+  baseline torch.minimum(a @ b, torch.tensor(math.inf)) + s[(torch.arange(N) + 1) // 2] ** 2 + s * (torch.arange(M)[:, None] % 3)
+  tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
+  test  M in 1..40, N in 1..40, K in 1..40
+  bench M=512, N=512, K=512, dtype=f16
+"""
+EXTRA = ("bmm_nt_gate", "vecmat_mean", "conv_pad_one", "odd_epilogue")
+SM90_SMEM, GFX942_SMEM = 232448, 65536
+
+
+@functools.lru_cache(maxsize=None)
+def library_op(name: str) -> ir.Op:
+    return load(ROOT / "specs" / f"{name}.kspec").ops[0]
+
+
+@functools.lru_cache(maxsize=None)
+def extra_op(name: str) -> ir.Op:
+    return parse_text(EXTRA_SPECS, "<extra>").op(name)
+
+
+def find_op(name: str) -> ir.Op:
+    return extra_op(name) if name in EXTRA else library_op(name)
+
+
+def random_genomes(op: ir.Op, n: int) -> list[dict]:
+    rng = random.Random(f"triton_dot:{op.name}")
+    genes = td.genes(op, "cuda")
+    return [{g.name: rng.choice(g.values) for g in genes} for _ in range(n)]
+
+
+def small(op: ir.Op, caps: dict[str, int]) -> ir.Op:
+    """``op`` with its test ranges capped, so generated cases stay interpreter-sized."""
+    ranges = tuple(dataclasses.replace(r, hi=ir.Num(min(caps[r.dim], r.hi.value)))
+                   if r.dim in caps else r for r in op.test.ranges)
+    return dataclasses.replace(op, test=dataclasses.replace(op.test, ranges=ranges))
+
+
+# ---- in-process: recognition, genes, rendering (triton never imported here) --------------
+
+def test_matches_exactly_the_contractions_of_the_library():
+    found = {op.name for p in sorted((ROOT / "specs").glob("*.kspec"))
+             for op in load(p).ops if td.matches(op)}
+    assert found == set(SPECS)
+    assert all(td.matches(extra_op(n)) for n in EXTRA)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("y[i] = sum(k) a[i, k]", "factors"),
+    ("y[i] = sum(k) a[i, k] * a[i, k] + sum(k) a[i, k]", "exactly one"),
+    ("y[i] = max(k) a[i, k] * a[i, k]", "exactly one"),
+    ("y[i] = sum(k) exp(a[i, k]) * a[i, k]", "not a read"),
+])
+def test_rejects_what_is_not_a_contraction(text, why):
+    spec = f"""op t
+  dims M, K
+  in  a: f32 [M, K]
+  out y: like a [M]
+  {text}
+  baseline a.sum(1)
+  tolerance f32(rtol=1e-5, atol=1e-5)
+  test M in 1..4, K in 1..4
+  bench M=4, K=4, dtype=f32
+"""
+    op = parse_text(spec).ops[0]
+    assert not td.matches(op)
+    assert why in td.reason(op)
+    with pytest.raises(Unsupported):
+        td.render(op, {})
+
+
+def test_layouts():
+    mm = analyze(library_op("matmul"))
+    assert [[a.name for a in s] for s in (mm.batch, mm.m, mm.n, mm.k)] == [[], ["i"], ["j"], ["k"]]
+    conv = analyze(library_op("conv1d"))
+    # the output's contiguous index o must lie on N: x becomes the [K, N] operand
+    assert (conv.a.tensor, conv.b.tensor) == ("w", "x")
+    assert [[a.name for a in s] for s in (conv.batch, conv.m, conv.n, conv.k)] == \
+        [[], ["co"], ["b", "o"], ["ci", "k"]]
+    dlrm = analyze(library_op("dlrm_interaction"))
+    assert [p.index for p in dlrm.pairs] == ["p"]
+    assert [a.name for a in dlrm.batch] == ["b"] and all(a.virtual for a in dlrm.m + dlrm.n)
+    mbr = analyze(library_op("matmul_bias_relu"))
+    assert any(isinstance(n, ir.Access) and n.tensor == "bias" for n in ir.walk(mbr.epilogue))
+
+
+@pytest.mark.parametrize("name", SPECS + EXTRA)
+def test_genes_and_defaults(name):
+    op = find_op(name)
+    genes = {g.name: g for g in td.genes(op, "cuda")}
+    assert set(REQUIRED_GENES) <= set(genes)
+    for dev in ("cuda", "cpu"):
+        d = td.defaults(op, dev)
+        assert set(d) == set(genes) and all(d[k] in genes[k].values for k in d), (dev, d)
+
+
+def test_defaults_for_big_bf16_gemms_are_the_hopper_tile():
+    for name in ("matmul", "matmul_bias_relu"):
+        d = td.defaults(library_op(name), "cuda")
+        assert (d["BLOCK_M"], d["BLOCK_N"], d["BLOCK_K"], d["num_warps"]) == (128, 256, 64, 8)
+
+
+@pytest.mark.parametrize("name", SPECS + EXTRA)
+def test_every_genome_renders_python(name):
+    op = find_op(name)
+    for g in [td.defaults(op, "cuda")] + random_genomes(op, 6):
+        tree = ast.parse(td.render(op, g))
+        names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert {"kernel", "configure", "fit"} <= names
+
+
+# ---- subprocess workers ---------------------------------------------------------------
+
+def interp_jobs() -> list[dict]:
+    jobs = []
+    for name in SPECS + EXTRA:
+        op = find_op(name)
+        sop = small(op, CAPS.get(name, {}))
+        genomes = [("default", td.defaults(op, "cuda"))]
+        n_random = 2 if name in SPECS else 1
+        genomes += [(f"random{k}", g) for k, g in enumerate(random_genomes(op, n_random))]
+        for label, g in genomes:
+            seed = len(jobs)
+            for shape in cases.shapes(sop, seed, per_dtype=3, dtype_list=["f32", "f16"]):
+                jobs.append(dict(op=name, label=label, genome=g, sizes=shape.sizes,
+                                 dtype=shape.dtype, seed=seed))
+            if label == "default" and name in RAGGED:
+                for dt in ("f32", "f16"):
+                    jobs.append(dict(op=name, label=label, genome=g, sizes=RAGGED[name],
+                                     dtype=dt, seed=seed))
+                # int64 offsets, and strided tensors (inputs copied, the output written back)
+                jobs.append(dict(op=name, label=label, genome=g, sizes=RAGGED[name],
+                                 dtype="f32", seed=seed, idx64=True, strided=True))
+    return jobs
+
+
+def compile_jobs(backend: str) -> list[dict]:
+    jobs = []
+    for name in SPECS:
+        op = library_op(name)
+        sizes = op.bench[0].size_dict()
+        jobs.append(dict(op=name, label="default", genome=td.defaults(op, "cuda"), sizes=sizes,
+                         dtype="bf16", backend=backend))
+        if backend == "cuda":
+            jobs.append(dict(op=name, label="random0", genome=random_genomes(op, 1)[0],
+                             sizes=sizes, dtype="f16", backend=backend))
+    if backend == "cuda":  # int64 offsets and the f32 (ieee) dot, at a small size
+        conv = library_op("conv1d")
+        jobs.append(dict(op="conv1d", label="idx64", genome=td.defaults(conv, "cuda"),
+                         sizes=RAGGED["conv1d"], dtype="f32", backend=backend, idx64=True))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory):
+    """Start the interpreter and the two compile workers at once (2 cores), then collect."""
+    d = tmp_path_factory.mktemp("triton_dot")
+    procs = {}
+    for kind, jobs in (("interp", interp_jobs()), ("cuda", compile_jobs("cuda")),
+                       ("hip", compile_jobs("hip"))):
+        (d / f"{kind}.jobs.json").write_text(json.dumps(jobs))
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        if kind == "interp":
+            env["TRITON_INTERPRET"] = "1"
+        mode = "interp" if kind == "interp" else "compile"
+        procs[kind] = subprocess.Popen(
+            [sys.executable, __file__, mode, str(d / f"{kind}.jobs.json"),
+             str(d / f"{kind}.out.json"), str(d / kind)],
+            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = {}
+    for kind, p in procs.items():
+        log, _ = p.communicate(timeout=540)
+        assert p.returncode == 0, f"{kind} worker failed:\n{log[-4000:]}"
+        out[kind] = json.loads((d / f"{kind}.out.json").read_text())
+    return out
+
+
+@pytest.mark.parametrize("name", SPECS + EXTRA)
+def test_interpreted_kernels_match_the_reference(workers, name):
+    runs = [r for r in workers["interp"]["results"] if r["op"] == name]
+    assert len({r["label"] for r in runs}) >= (3 if name in SPECS else 2)
+    if name in RAGGED:
+        assert any(r["sizes"] == RAGGED[name] for r in runs)
+    bad = [r for r in runs if r["error"] or r["mismatch"]]
+    assert not bad, "\n".join(f"{r['label']} {r['genome']} {r['sizes']} {r['dtype']}: "
+                              f"{r['error'] or r['mismatch']}" for r in bad[:5])
+
+
+@pytest.mark.parametrize("backend", ["cuda", "hip"])
+def test_default_kernels_compile_for_both_vendors(workers, backend):
+    budget = SM90_SMEM if backend == "cuda" else GFX942_SMEM
+    runs = workers[backend]["results"]
+    for r in runs:
+        assert not r.get("error"), f"{r['op']} {r['label']}: {r['error']}"
+        assert r["shared"] <= budget, r
+        print(f"{backend:4} {r['op']:18} {r['label']:8} {r['dtype']} tile={r['tile']} "
+              f"regs={r['n_regs']} spills={r['n_spills']} shared={r['shared']}")
+    assert {r["op"] for r in runs if r["label"] == "default"} == set(SPECS)
+    if backend == "cuda":  # the big GEMMs must reach Hopper's wgmma with a cp.async pipeline
+        for r in runs:
+            if r["op"] in ("matmul", "matmul_bias_relu") and r["label"] == "default":
+                assert r["wgmma"] and r["pipelined"] and r["n_spills"] == 0, r
+
+
+def test_launcher_clamps_every_genome(workers):
+    """fit() over the whole gene product: power-of-two tiles in [16, 256] within the
+    accumulator and shared-memory budgets of both vendors."""
+    fits = workers["cuda"]["fit"]
+    assert {f["op"] for f in fits} == set(SPECS) and all(f["ok"] for f in fits), fits
+
+
+# ---- worker side (run as a script) -------------------------------------------------------
+
+def _load_module(source: str, path: Path):
+    import importlib.util
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)  # @triton.jit reads its function's source from a file
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run_interp(job: dict, where: Path) -> dict:
+    import numpy as np
+    import torch
+    from kdsl import cases, compare, dtypes, reference
+    from kdsl.sizes import shape_of
+    op = find_op(job["op"])
+    mod = _load_module(td.render(op, job["genome"]), where / f"k{job['n']}_{job['op']}.py")
+    if job.get("idx64"):
+        mod.INDEX64_FROM = 0
+    case = cases.draw(op, cases.Shape(job["sizes"], job["dtype"], "test", 0), job["seed"])
+
+    def tensor(shape, dtype, fill=None):
+        """A tensor, laid out backwards when the job asks for strided ones."""
+        t = torch.empty(tuple(reversed(shape)) if job.get("strided") else shape, dtype=dtype)
+        t = t.permute(*reversed(range(len(shape)))) if job.get("strided") else t
+        t.copy_(torch.full(shape, float("nan")) if fill is None else torch.from_numpy(fill))
+        return t
+
+    inputs = {k: tensor(v.shape, dtypes.torch_dtype(op.dtype_of(k, job["dtype"])), np.asarray(v))
+              for k, v in case.inputs.items()}
+    outputs = {t.name: tensor(shape_of(op, t.name, job["sizes"]),
+                              dtypes.torch_dtype(op.dtype_of(t.name, job["dtype"])))
+               for t in op.outputs}
+    mod.kernel(inputs, outputs, job["sizes"])
+    got = {k: v.double().numpy() for k, v in outputs.items()}
+    ref = reference.reference(op, job["sizes"], case.inputs)
+    bad = compare.compare(op, job["dtype"], got, ref, case.inputs)
+    return {"mismatch": None if bad is None else str(bad)}
+
+
+TRITON_TYPES = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "i32": "i32", "i64": "i64",
+                "bool": "i1"}
+
+
+def static_compile(mod, op: ir.Op, sizes: dict, dtype: str, backend: str, idx64=False) -> dict:
+    """Compile the module's kernel as the launcher would launch it at ``sizes``, without a GPU.
+
+    Specialisation follows Triton's launcher: ints equal to 1 become constexprs, ints and
+    pointers divisible by 16 get the divisibility attribute.
+    """
+    import re
+    import triton
+    from triton.backends.compiler import GPUTarget
+    target = GPUTarget("cuda", 90, 32) if backend == "cuda" else GPUTarget("hip", "gfx942", 64)
+    smem = SM90_SMEM if backend == "cuda" else GFX942_SMEM
+    cfg = mod.configure(sizes, {"f32": 4, "f16": 2, "bf16": 2}[dtype], smem, idx64, dtype == "f32")
+    fn = next(v for k, v in vars(mod).items()
+              if k.startswith("kdsl_") and isinstance(v, triton.runtime.jit.JITFunction))
+    scalars = dict(cfg["scalars"])
+    signature, constexprs, attrs = {}, dict(cfg["constexprs"]), {}
+    for i, arg in enumerate(fn.arg_names):
+        if arg.startswith("t_"):
+            signature[arg] = "*" + TRITON_TYPES[op.dtype_of(arg[2:], dtype)]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif arg in scalars and scalars[arg] == 1:
+            signature[arg], constexprs[arg] = "constexpr", 1
+        elif arg in scalars:
+            signature[arg] = "i32" if abs(scalars[arg]) < 2 ** 31 else "i64"
+            if scalars[arg] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            signature[arg] = "constexpr"
+    k = triton.compile(triton.compiler.ASTSource(fn, signature, constexprs, attrs), target=target,
+                       options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    c = cfg["constexprs"]
+    out = {"shared": k.metadata.shared,
+           "tile": [c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], cfg["num_warps"], cfg["num_stages"]]}
+    if backend == "cuda":
+        # Registers and stack from the cubin; Triton's own n_spills is the local memory / 4.
+        cubin = Path(mod.__file__).with_suffix(".cubin")
+        cubin.write_bytes(k.asm["cubin"])
+        tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        usage = subprocess.run([str(tool), "--dump-resource-usage", str(cubin)],
+                               capture_output=True, text=True, check=True).stdout
+        out["n_regs"] = int(re.search(r"REG:(\d+)", usage).group(1))
+        out["n_spills"] = int(re.search(r"STACK:(\d+)", usage).group(1)) // 4
+        out["wgmma"] = "warp_group_dot" in k.asm["ttgir"]
+        out["pipelined"] = "async_copy_global_to_local" in k.asm["ttgir"]
+    else:
+        gcn = k.asm["amdgcn"]
+        out["n_regs"] = int(re.search(r"\.vgpr_count:\s+(\d+)", gcn).group(1))
+        out["n_spills"] = sum(int(x) for x in re.findall(r"\.[sv]gpr_spill_count:\s+(\d+)", gcn))
+    return out
+
+
+def _fit_all(where: Path) -> list[dict]:
+    report = []
+    for name in SPECS:
+        op = library_op(name)
+        genes = td.genes(op, "cuda")
+        mod = _load_module(td.render(op, td.defaults(op, "cuda")), where / f"fit_{name}.py")
+        ok = True
+        for values in itertools.product(*[g.values for g in genes]):
+            mod.GENOME = dict(zip([g.name for g in genes], values))
+            for n_m, n_n, n_k, item in ((1, 1, 1, 4), (37, 19, 45, 2), (8192, 8192, 8192, 4),
+                                        (8192, 4096, 4096, 2)):
+                for smem in (SM90_SMEM, GFX942_SMEM):
+                    bm, bn, bk, st = mod.fit(n_m, n_n, n_k, item, smem)
+                    ok &= all(16 <= x <= 256 and x & (x - 1) == 0 for x in (bm, bn, bk))
+                    ok &= st >= 1 and st * (bm * bk + bk * bn) * item <= smem
+                    ok &= bm * bn <= 4096 * mod.GENOME["num_warps"]
+        report.append({"op": name, "ok": bool(ok)})
+    return report
+
+
+def _worker(mode: str, jobs_path: str, out_path: str, where: str) -> None:
+    import traceback
+    where = Path(where)
+    results = []
+    for n, job in enumerate(json.loads(Path(jobs_path).read_text())):
+        rec = dict(job, error=None, mismatch=None)
+        try:
+            if mode == "interp":
+                rec.update(_run_interp(dict(job, n=n), where))
+            else:
+                op = library_op(job["op"])
+                mod = _load_module(td.render(op, job["genome"]), where / f"c{n}_{job['op']}.py")
+                rec.update(static_compile(mod, op, job["sizes"], job["dtype"], job["backend"],
+                                          job.get("idx64", False)))
+        except Exception:
+            rec["error"] = traceback.format_exc()[-3000:]
+        results.append(rec)
+    out = {"results": results}
+    if mode == "compile" and results and results[0]["backend"] == "cuda":
+        out["fit"] = _fit_all(where)
+    Path(out_path).write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    _worker(*sys.argv[1:5])
