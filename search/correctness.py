@@ -1,0 +1,278 @@
+"""The correctness stage: fresh cases, poisoned outputs, untouched inputs, the float64 oracle.
+
+Every run gets fresh input tensors and outputs filled with poison: a NaN with a
+payload no arithmetic produces (floats), a sentinel (ints) or a byte that is
+neither 0 nor 1 (bools). Poison left after the run means the kernel skipped
+elements. Each case runs twice: once as drawn, then (in reverse order, with the
+other poison) on a twin with the same sizes and new values, so a kernel that
+caches its answer by shape, pointer or call count gives the old answer and fails.
+The reference is computed after the kernel has run, so there is nothing in
+memory for the kernel to find.
+"""
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kdsl import baseline, cases, dtypes, ir
+from kdsl.compare import compare
+from kdsl.reference import reference
+from kdsl.sizes import edge_values, ranges, shape_of, valid
+
+# Bit patterns of the poison, two variants per dtype (quiet NaNs with payloads).
+FLOAT_POISON = {"f64": (0x7FF80000A5A5A5A5, 0x7FF800005A5A5A5A), "f32": (0x7FC0A5A5, 0x7FC05A5A),
+                "f16": (0x7E5A, 0x7DA5), "bf16": (0x7FA5, 0x7FDA)}
+INT_POISON = {"i64": (-(1 << 63) + 12345, -(1 << 63) + 54321),
+              "i32": (-(1 << 31) + 12345, -(1 << 31) + 54321)}
+BOOL_POISON = (0xA5, 0x5A)
+TWIN_SEED = 1_000_003  # added to a case's seed to draw its twin
+
+
+@dataclass
+class Outcome:
+    """A stage's verdict: ``message`` is None when it passed."""
+    message: str | None
+    artifacts: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Planned:
+    shape: cases.Shape
+    seed: int
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether an exception means memory ran out (Python, numpy, torch CPU or CUDA)."""
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return True
+    text = str(e)
+    return "out of memory" in text or "can't allocate memory" in text
+
+
+# ---- tensors ---------------------------------------------------------------
+
+def _bits_dtype(torch, itemsize: int):
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[itemsize]
+
+
+def fresh_inputs(op: ir.Op, dtype: str, arrays: dict[str, np.ndarray], device: str) -> dict:
+    """New torch tensors of the case's inputs, never sharing memory with ``arrays``."""
+    tensors = baseline.to_torch(op, dtype, arrays, device)
+    if device == "cpu":  # to_torch aliases the numpy array when no conversion is needed
+        tensors = {k: v.clone() for k, v in tensors.items()}
+    return tensors
+
+
+def alloc_outputs(op: ir.Op, sizes: dict[str, int], dtype: str, device: str, variant: int) -> dict:
+    import torch
+    out = {}
+    for t in op.outputs:
+        dt = op.dtype_of(t.name, dtype)
+        tensor = torch.empty(shape_of(op, t.name, sizes), dtype=dtypes.torch_dtype(dt),
+                             device=device)
+        poison(tensor, dt, variant)
+        out[t.name] = tensor
+    return out
+
+
+def poison(tensor, dt: str, variant: int) -> None:
+    import torch
+    kind = dtypes.kind(dt)
+    if kind == "float":
+        tensor.view(_bits_dtype(torch, tensor.element_size())).fill_(FLOAT_POISON[dt][variant])
+    elif kind == "bool":
+        tensor.view(torch.uint8).fill_(BOOL_POISON[variant])
+    else:
+        tensor.fill_(INT_POISON[dt][variant])
+
+
+def _poisoned(tensor, dt: str, variant: int) -> np.ndarray:
+    import torch
+    kind = dtypes.kind(dt)
+    if kind == "float":
+        bits = tensor.view(_bits_dtype(torch, tensor.element_size()))
+        return (bits == FLOAT_POISON[dt][variant]).cpu().numpy()
+    if kind == "bool":
+        return (tensor.view(torch.uint8) == BOOL_POISON[variant]).cpu().numpy()
+    return (tensor == INT_POISON[dt][variant]).cpu().numpy()
+
+
+def to_numpy(tensors: dict) -> dict[str, np.ndarray]:
+    import torch
+    out = {}
+    for name, t in tensors.items():
+        t = t.detach().cpu()
+        out[name] = t.to(torch.float64).numpy() if t.is_floating_point() else t.numpy()
+    return out
+
+
+def _at(mask: np.ndarray) -> str:
+    hits = np.argwhere(mask)
+    first = "[" + ", ".join(str(int(p)) for p in hits[0]) + "]"
+    if len(hits) == 1:
+        return f"at {first}"
+    last = "[" + ", ".join(str(int(p)) for p in hits[-1]) + "]"
+    return f"first at {first}, last at {last}"
+
+
+# ---- checks of one run -----------------------------------------------------
+
+def judge(op: ir.Op, dtype: str, arrays: dict[str, np.ndarray], ins: dict, outs: dict,
+          ref: dict[str, np.ndarray] | None, variant: int, device: str
+          ) -> tuple[str | None, float]:
+    """Check one finished run: all written, inputs intact, finite, close to ``ref``.
+
+    Returns (failure message or None, max abs error on float outputs). With ``ref``
+    None only the first three checks run.
+    """
+    for t in op.outputs:
+        dt = op.dtype_of(t.name, dtype)
+        left = _poisoned(outs[t.name], dt, variant)
+        if ref is not None and dtypes.kind(dt) == "int":
+            left &= np.asarray(ref[t.name]) != INT_POISON[dt][variant]
+        if left.any():
+            return (f"{t.name}: {int(left.sum())} of {left.size} elements never written "
+                    f"(poison left), {_at(left)}", 0.0)
+    pristine = fresh_inputs(op, dtype, arrays, device)
+    for name, t in ins.items():
+        changed = _differs(t, pristine[name])
+        if changed is not None:
+            return (f"input '{name}' was modified by the kernel: {int(changed.sum())} of "
+                    f"{changed.size} elements changed, {_at(changed)}", 0.0)
+    got = to_numpy(outs)
+    if ref is None:
+        return None, 0.0
+    for t in op.outputs:
+        g, r = got[t.name], np.asarray(ref[t.name])
+        if g.dtype.kind == "f" and g.shape == r.shape:
+            bad = ~np.isfinite(g) & np.isfinite(r)
+            if bad.any():
+                what = "NaN" if np.isnan(g[bad]).any() else "inf"
+                return (f"{t.name}: {what} in {int(bad.sum())} of {bad.size} elements where "
+                        f"the reference is finite, {_at(bad)}", 0.0)
+    mismatch = compare(op, dtype, got, ref, arrays)
+    error = max_error(op, got, ref)
+    return (str(mismatch) if mismatch is not None else None), error
+
+
+def _differs(t, pristine) -> np.ndarray | None:
+    import torch
+    if t.shape != pristine.shape or t.dtype != pristine.dtype:
+        return np.ones(1, dtype=bool)
+    if t.is_floating_point():
+        bits = _bits_dtype(torch, t.element_size())
+        a, b = t.view(bits), pristine.view(bits)
+    else:
+        a, b = t, pristine
+    if torch.equal(a, b):
+        return None
+    return (a != b).cpu().numpy()
+
+
+def max_error(op: ir.Op, got: dict, ref: dict) -> float:
+    worst = 0.0
+    for t in op.outputs:
+        g, r = np.asarray(got[t.name]), np.asarray(ref[t.name])
+        if g.dtype.kind != "f" or r.dtype.kind != "f" or g.shape != r.shape or not g.size:
+            continue
+        ok = np.isfinite(g) & np.isfinite(r)
+        if ok.any():
+            worst = max(worst, float(np.max(np.abs(g[ok] - r[ok]))))
+    return worst
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+        torch.cuda.synchronize()
+
+
+# ---- the plan of cases -----------------------------------------------------
+
+def elements(op: ir.Op, sizes: dict[str, int]) -> int:
+    return sum(int(np.prod(shape_of(op, t.name, sizes), dtype=np.int64))
+               for t in (*op.inputs, *op.outputs))
+
+
+def chosen_dtypes(op: ir.Op, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The op's dtypes restricted to ``wanted``; all of them when it declares none of those."""
+    if wanted is None:
+        return op.dtype_choices
+    return tuple(d for d in op.dtype_choices if d in wanted) or op.dtype_choices
+
+
+def edge_shapes(op: ir.Op, dts, max_elements: int) -> list[cases.Shape]:
+    """Per dtype: every dim at its smallest, and every dim at an awkward size (p±1, a prime)."""
+    if op.test is None:
+        return []
+    rs = ranges(op)
+    low = {d: lo for d, (lo, hi) in rs.items()}
+    cap = max(2, int(round(max_elements ** (1.0 / max(len(rs), 1)) / 2)))
+    awkward = {}
+    for d, (lo, hi) in rs.items():
+        odd = [v for v in edge_values(lo, hi) if v <= cap and v & (v - 1)] or [lo]
+        awkward[d] = max(odd)
+    out = []
+    for dt in dts:
+        for k, sizes in enumerate((low, awkward)):
+            if valid(op, sizes) and elements(op, sizes) <= max_elements and \
+                    not any(s.sizes == sizes and s.dtype == dt for s in out):
+                out.append(cases.Shape(dict(sizes), dt, "edge-size", 100 + k))
+    return out
+
+
+def plan(op: ir.Op, config) -> list[Planned]:
+    dts = chosen_dtypes(op, config.dtypes)
+    out = []
+    for seed in config.seeds:
+        for s in cases.shapes(op, seed, config.cases_per_dtype, dts):
+            if elements(op, s.sizes) <= config.max_case_elements:
+                out.append(Planned(s, seed))
+    seen = {(tuple(p.shape.sizes.items()), p.shape.dtype) for p in out}
+    for s in edge_shapes(op, dts, config.max_case_elements):
+        if (tuple(s.sizes.items()), s.dtype) not in seen:
+            out.append(Planned(s, config.seeds[0] if config.seeds else 0))
+    return out
+
+
+# ---- the stage -------------------------------------------------------------
+
+def check(op: ir.Op, kernel, config) -> Outcome:
+    """Run ``kernel`` on every planned case and its twin; the first failure wins."""
+    planned = plan(op, config)
+    arts = {"dtypes": list(chosen_dtypes(op, config.dtypes)), "cases_checked": 0,
+            "max_error": 0.0}
+    if not planned:
+        return Outcome(f"no test case has at most max_case_elements={config.max_case_elements} "
+                       f"elements", arts)
+    runs = [(p, 0) for p in planned] + [(p, 1) for p in reversed(planned)]
+    for p, variant in runs:
+        case = cases.draw(op, p.shape, p.seed + TWIN_SEED * variant)
+        message, error = run_case(op, kernel, case, config.device, variant)
+        if message is not None:
+            which = "first run" if variant == 0 else "second run, new values"
+            arts["failed_case"] = {"sizes": dict(case.sizes), "dtype": case.dtype,
+                                   "seed": p.seed, "run": variant + 1}
+            return Outcome(f"{message} (case {' '.join(case.shape.describe().split())}, "
+                           f"seed {p.seed}, {which})", arts)
+        arts["cases_checked"] += 1
+        arts["max_error"] = max(arts["max_error"], error)
+    return Outcome(None, arts)
+
+
+def run_case(op: ir.Op, kernel, case: cases.Case, device: str, variant: int
+             ) -> tuple[str | None, float]:
+    ins = fresh_inputs(op, case.dtype, case.inputs, device)
+    outs = alloc_outputs(op, case.sizes, case.dtype, device, variant)
+    try:
+        kernel(ins, outs, dict(case.sizes))
+        sync(device)
+    except Exception as e:
+        if out_of_memory(e):
+            raise
+        tb = traceback.format_exception(type(e), e, e.__traceback__)
+        return f"kernel raised {type(e).__name__}: {e}\n{''.join(tb[-3:]).rstrip()}", 0.0
+    ref = reference(op, case.sizes, case.inputs)
+    return judge(op, case.dtype, case.inputs, ins, outs, ref, variant, device)

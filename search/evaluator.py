@@ -1,0 +1,153 @@
+"""The evaluator: one candidate through named stages, into one ``Result``.
+
+render -> build -> guards -> correctness -> timing. Each stage reads what the
+ones before left in a ``_Run`` and leaves its artifact in ``artifacts``; the
+first that fails ends the pipeline with ``Result.failure(stage, message)``. An
+exception in a stage is a failure of that stage, never raised (an out-of-memory
+one is marked ``out_of_memory`` so a worker can report it and restart).
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from kdsl import backends
+from kdsl.backends import BuildError, Built, Unsupported
+
+from . import correctness, guards, timing
+from .jobs import EvalJob
+from .result import STAGES, Result
+
+
+class StageFailed(Exception):
+    """A stage's verdict, as opposed to a crash inside it."""
+
+
+@dataclass
+class _Run:
+    job: EvalJob
+    timer: object = None
+    backend: object = None
+    source: str = ""
+    built: Built | None = None
+    timing: timing.Timing | None = None
+    artifacts: dict = field(default_factory=dict)
+
+
+def render(run: _Run) -> None:
+    job = run.job
+    try:
+        run.backend = backend = backends.get(job.candidate.backend)
+    except Exception as e:
+        raise StageFailed(f"backend '{job.candidate.backend}' unavailable: {e}") from None
+    device = job.config.device
+    if device not in backend.devices:
+        raise StageFailed(f"backend '{backend.name}' does not run on {device}")
+    reason = backend.supports(job.op, device)
+    if reason:
+        raise StageFailed(f"unsupported: {reason}")
+    if job.candidate.source is not None:
+        run.source = job.candidate.source
+    else:
+        genome = _genome(backend.space(job.op, device), job.candidate.genes)
+        run.artifacts["genome"] = genome
+        try:
+            run.source = backend.render(job.op, genome, device)
+        except Unsupported as e:
+            raise StageFailed(f"unsupported: {e}") from None
+    run.artifacts["source"] = run.source
+
+
+def _genome(space, genes: dict) -> dict:
+    """``genes`` completed with the space's defaults; an unknown gene or value is an error."""
+    for name, value in genes.items():
+        if name not in space.names:
+            raise StageFailed(f"unknown gene '{name}'; the space has {', '.join(space.names)}")
+        if value not in space.gene(name).values:
+            raise StageFailed(f"gene {name}={value!r} is not one of {space.gene(name).values}")
+    return {**space.default(), **genes}
+
+
+def build(run: _Run) -> None:
+    try:
+        run.built = run.backend.build(run.job.op, run.source, run.job.config.device)
+    except BuildError as e:
+        run.artifacts["build_log"] = e.log
+        log = e.log.strip()
+        raise StageFailed(f"{e}\n{log[-4000:]}" if log else str(e)) from None
+    run.artifacts["build_log"] = run.built.log
+    run.artifacts["meta"] = dict(run.built.meta)
+
+
+def check_guards(run: _Run) -> None:
+    found = guards.check(run.source, run.backend.language, run.backend.name)
+    run.artifacts["guards"] = [g.name for g in guards.applicable(run.backend.name)]
+    if found:
+        run.artifacts["violations"] = [str(v) for v in found]
+        raise StageFailed("; ".join(str(v) for v in found[:5]) +
+                          (f" (and {len(found) - 5} more)" if len(found) > 5 else ""))
+
+
+def check_correctness(run: _Run) -> None:
+    outcome = correctness.check(run.job.op, run.built.fn, run.job.config)
+    run.artifacts.update(outcome.artifacts)
+    if outcome.message:
+        raise StageFailed(outcome.message)
+
+
+def untimed(backend, device: str) -> str | None:
+    """Why a kernel's time would mean nothing here (Triton on cpu runs in its interpreter)."""
+    if device == "cpu" and backend.name.startswith("triton"):
+        return "Triton on cpu runs in the interpreter; time it on cuda"
+    return None
+
+
+def time_it(run: _Run) -> None:
+    reason = untimed(run.backend, run.job.config.device)
+    if reason:
+        run.artifacts["timing_skipped"] = reason
+        return
+    run.timing = t = timing.measure(run.job.op, run.built.fn, run.job.config, timer=run.timer)
+    run.artifacts.update(t.artifacts)
+    if t.message:
+        raise StageFailed(t.message)
+
+
+PIPELINE = {"render": render, "build": build, "guards": check_guards,
+            "correctness": check_correctness, "timing": time_it}
+assert tuple(PIPELINE) == STAGES
+
+
+def evaluate(job: EvalJob, timer=None) -> Result:
+    """The result of ``job``; never raises (KeyboardInterrupt aside)."""
+    run = _Run(job, timer)
+    spent = run.artifacts.setdefault("stage_s", {})
+    for stage, fn in PIPELINE.items():
+        if stage == "timing" and not job.config.time:
+            stage = "correctness"
+            break
+        start = time.perf_counter()
+        try:
+            fn(run)
+        except StageFailed as e:
+            return _failed(run, stage, str(e))
+        except (Exception, SystemExit) as e:
+            tb = traceback.format_exception(type(e), e, e.__traceback__)
+            run.artifacts["traceback"] = "".join(tb[-12:])
+            if correctness.out_of_memory(e):
+                run.artifacts["out_of_memory"] = True
+            return _failed(run, stage, f"{stage} raised {type(e).__name__}: {e}")
+        finally:
+            spent[stage] = round(time.perf_counter() - start, 4)
+    t = run.timing or timing.Timing(None)
+    return Result(True, stage, "", time_ms=t.time_ms, baseline_ms=t.baseline_ms,
+                  baseline_name=t.baseline_name, artifacts=run.artifacts)
+
+
+def _failed(run: _Run, stage: str, message: str) -> Result:
+    t = run.timing
+    if t is not None and t.time_ms is not None:  # a suspect time is kept, for the record
+        return Result(False, stage, message, time_ms=t.time_ms, baseline_ms=t.baseline_ms,
+                      baseline_name=t.baseline_name, artifacts=run.artifacts)
+    return Result.failure(stage, message, **run.artifacts)

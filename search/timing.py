@@ -1,0 +1,356 @@
+"""The timing stage: candidate and baseline timed alike on the op's bench point.
+
+A timer is any callable ``timer(fn, warmup=, reps=, setup=) -> [ms, ...]``
+(``setup`` runs before every call, outside the timed region), so tests pass a
+fake one. On CUDA each run is bracketed by CUDA events after a 256 MB write
+that flushes L2; on CPU ``time.perf_counter`` brackets it. The result is the
+median.
+
+Before timing, the kernel's bench-size output is checked against a float64
+oracle (the spec's baseline run on float64 inputs, on the device), so a kernel
+cannot be right on small cases and skip work at the bench size. The outputs are
+re-poisoned before every timed run and checked again after the last one.
+
+The memory-traffic floor is the bytes the op must move (inputs + outputs) over
+the machine's copy bandwidth: on CUDA one large device-to-device copy, measured
+once per process; on CPU a memcpy of the same byte count, so caches help the
+floor as much as they help the kernel. A candidate faster than
+``SUSPECT_FRACTION`` of the floor is not believed.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kdsl import baseline, cases, dtypes, ir
+from kdsl.sizes import shape_of
+
+from . import correctness as corr
+
+Timer = Callable[..., list[float]]
+FLUSH_BYTES = 256 << 20
+CUDA_COPY_BYTES = 1 << 30
+SUSPECT_FRACTION = 0.9
+
+
+# ---- timers ----------------------------------------------------------------
+
+class CpuTimer:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+
+    def __call__(self, fn, warmup: int, reps: int, setup=None) -> list[float]:
+        for _ in range(warmup):
+            if setup:
+                setup()
+            fn()
+        samples = []
+        for _ in range(reps):
+            if setup:
+                setup()
+            start = self.clock()
+            fn()
+            samples.append((self.clock() - start) * 1e3)
+        return samples
+
+
+class CudaTimer:
+    def __init__(self, flush_bytes: int = FLUSH_BYTES):
+        self.flush_bytes = flush_bytes
+        self._flush = None
+
+    def __call__(self, fn, warmup: int, reps: int, setup=None) -> list[float]:
+        import torch
+        if self._flush is None and self.flush_bytes:
+            self._flush = torch.empty(self.flush_bytes, dtype=torch.int8, device="cuda")
+        for _ in range(warmup):
+            if setup:
+                setup()
+            fn()
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for start, end in zip(starts, ends):
+            if setup:
+                setup()
+            if self._flush is not None:
+                self._flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+_TIMERS: dict[str, Timer] = {}
+
+
+def default_timer(device: str) -> Timer:
+    if device not in _TIMERS:
+        _TIMERS[device] = CudaTimer() if device == "cuda" else CpuTimer()
+    return _TIMERS[device]
+
+
+# ---- the bench point -------------------------------------------------------
+
+def bench_point(op: ir.Op, device: str) -> ir.BenchPoint | None:
+    """The point declared for ``device``, else the one declared for every device."""
+    for want in (device, None):
+        for p in op.bench:
+            if p.device == want:
+                return p
+    return None
+
+
+def bench_dtype(op: ir.Op, point: ir.BenchPoint, wanted: str | None) -> str:
+    if wanted in op.dtype_choices:
+        return wanted
+    return point.dtype or op.dtype_choices[0]
+
+
+_BENCH_CASES: dict[tuple, cases.Case] = {}
+
+
+def bench_case(op: ir.Op, point: ir.BenchPoint, dtype: str) -> cases.Case:
+    """The bench inputs (numpy, never handed to a kernel), kept for the latest point only."""
+    key = (op.hash, point.sizes, dtype)
+    if key not in _BENCH_CASES:
+        _BENCH_CASES.clear()
+        _BENCH_CASES[key] = cases.bench_case(op, ir.BenchPoint(point.device, point.sizes, dtype))
+    return _BENCH_CASES[key]
+
+
+def traffic_bytes(op: ir.Op, sizes: dict[str, int], dtype: str) -> int:
+    total = 0
+    for t in (*op.inputs, *op.outputs):
+        n = 1
+        for d in shape_of(op, t.name, sizes):
+            n *= d
+        total += n * dtypes.ITEMSIZE[op.dtype_of(t.name, dtype)]
+    return total
+
+
+# ---- bandwidth -------------------------------------------------------------
+
+_BANDWIDTH: dict[tuple, float] = {}
+
+
+def copy_bandwidth(device: str, nbytes: int, fresh: bool = False) -> float:
+    """Bytes per second a plain copy moves (read + write), measured once per process and size.
+
+    On CPU the faster of numpy's single-threaded memcpy and torch's threaded copy: a
+    threaded copy stalls on a busy machine, a single thread undersells a big one.
+    """
+    import numpy as np
+    import torch
+    if device == "cuda":
+        key, moved = ("cuda",), CUDA_COPY_BYTES
+    else:
+        moved = min(max(1 << max(nbytes - 1, 1).bit_length(), 1 << 20), 1 << 29)
+        key = ("cpu", moved)
+    if fresh or key not in _BANDWIDTH:
+        src = torch.ones(moved // 2, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        if device == "cuda":
+            best_ms = min(CudaTimer(flush_bytes=0)(lambda: dst.copy_(src), warmup=2, reps=5))
+        else:
+            reps = max(5, min(50, (1 << 27) // moved))
+            a, b = src.numpy(), dst.numpy()
+            best_ms = min(min(CpuTimer()(lambda: dst.copy_(src), warmup=2, reps=reps)),
+                          min(CpuTimer()(lambda: np.copyto(b, a), warmup=2, reps=reps)))
+        _BANDWIDTH[key] = max(_BANDWIDTH.get(key, 0.0), moved / (best_ms / 1e3))
+    return _BANDWIDTH[key]
+
+
+# ---- the baseline ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class BaselineTime:
+    ms: float
+    name: str       # 'torch.compile' | 'eager'
+    note: str = ""  # why torch.compile fell back to eager
+
+
+BASELINES: dict[tuple, BaselineTime] = {}
+
+
+def baseline_mode(config) -> str:
+    if config.baseline == "auto":
+        return "compile" if config.device == "cuda" else "eager"
+    return config.baseline
+
+
+def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
+                    compile_fn=None) -> tuple[Callable[[], object], str, str]:
+    """(zero-argument callable, 'eager' | 'torch.compile', fallback note)."""
+    names = [t.name for t in op.inputs]
+    ns = baseline.namespace(op, sizes, {})
+    fn = eval(f"lambda {', '.join(names)}: ({op.baseline.source})", ns)  # noqa: S307 - the spec's
+    args = [tensors[n] for n in names]
+    if mode == "eager":
+        return (lambda: fn(*args)), "eager", ""
+    try:
+        if compile_fn is None:
+            import torch
+            compile_fn = torch.compile
+        compiled = compile_fn(fn)
+        compiled(*args)  # compiles now, so a failure falls back here and not mid-timing
+        return (lambda: compiled(*args)), "torch.compile", ""
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return (lambda: fn(*args)), "eager", f"torch.compile failed ({type(e).__name__}: {first})"
+
+
+def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None) -> BaselineTime:
+    """The baseline's median, once per (op, device, point, dtype, mode) in this process."""
+    import torch
+    key = (op.hash, device, tuple(case.sizes.items()), case.dtype, mode, config.warmup,
+           config.reps)
+    if key not in cache:
+        tensors = corr.fresh_inputs(op, case.dtype, case.inputs, device)
+        with torch.no_grad():
+            run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
+            samples = timer(run, warmup=config.warmup, reps=config.reps)
+        cache[key] = BaselineTime(statistics.median(samples), name, note)
+    return cache[key]
+
+
+# ---- the oracle at the bench point -----------------------------------------
+
+_ORACLES: dict[tuple, tuple] = {}
+
+
+def oracle(op: ir.Op, case: cases.Case, device: str) -> tuple[dict | None, str]:
+    """The baseline on float64 inputs, as device tensors (None and why when it fails)."""
+    import torch
+    key = (op.hash, device, tuple(case.sizes.items()), case.dtype)
+    if key not in _ORACLES:
+        _ORACLES.clear()
+        try:
+            ins = corr.fresh_inputs(op, case.dtype, case.inputs, device)
+            wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
+            with torch.no_grad():
+                got = baseline.outputs_of(op, baseline.baseline_callable(op, case.sizes, wide)())
+            corr.sync(device)
+            _ORACLES[key] = (got, "")
+        except Exception as e:
+            if corr.out_of_memory(e):
+                raise
+            _ORACLES[key] = (None, f"float64 oracle failed ({type(e).__name__}: {e}); checked "
+                                   f"that every element was written only")
+    return _ORACLES[key]
+
+
+def _arg_output(op: ir.Op, name: str) -> bool:
+    st = next(s for s in op.statements if s.target == name)
+    return (isinstance(st.value, ir.Reduce) and st.value.op in ("argmax", "argmin")) or \
+        (isinstance(st.value, ir.Collective) and st.value.op in ("argsort", "argtopk"))
+
+
+def close_on_device(op: ir.Op, dtype: str, outs: dict, ref: dict) -> tuple[bool | None, float]:
+    """(all within tolerance?, max abs error), on the device; None when only compare can tell."""
+    worst = 0.0
+    for t in op.outputs:
+        g, r = outs[t.name], ref[t.name]
+        if _arg_output(op, t.name) or tuple(g.shape) != tuple(r.shape):
+            return None, worst
+        if g.is_floating_point() or r.is_floating_point():
+            rtol, atol = op.tolerance.for_dtype(dtype)
+            g64, r64 = g.double(), r.double()
+            diff = (g64 - r64).abs()
+            ok = (diff <= atol + rtol * r64.abs()) | (g64 == r64) | (g64.isnan() & r64.isnan())
+            if not bool(ok.all()):
+                return False, worst
+            finite = diff[diff.isfinite()]
+            worst = max(worst, float(finite.max()) if finite.numel() else 0.0)
+        elif not bool((g.long() == r.long()).all()):
+            return False, worst
+    return True, worst
+
+
+def bench_judge(op, case, ins, outs, ref, variant, device) -> tuple[str | None, float]:
+    """Every element written, inputs intact, close to the oracle; the fast path on the device."""
+    ok, error = (None, 0.0) if ref is None else close_on_device(op, case.dtype, outs, ref)
+    if ok:
+        message, _ = corr.judge(op, case.dtype, case.inputs, ins, outs, None, variant, device)
+        return message, error
+    ref_np = None if ref is None else corr.to_numpy(ref)
+    return corr.judge(op, case.dtype, case.inputs, ins, outs, ref_np, variant, device)
+
+
+# ---- the stage -------------------------------------------------------------
+
+@dataclass
+class Timing:
+    message: str | None
+    time_ms: float | None = None
+    baseline_ms: float | None = None
+    baseline_name: str = ""
+    artifacts: dict = field(default_factory=dict)
+
+
+def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=None,
+            baselines: dict | None = None, compile_fn=None) -> Timing:
+    """Check and time ``kernel`` at the bench point, time the baseline, judge the floor.
+
+    ``bandwidth`` is bytes/s, or a callable (device, nbytes) -> bytes/s; measured when None.
+    """
+    import torch
+    device = config.device
+    point = bench_point(op, device)
+    if point is None or op.baseline is None:
+        return Timing(f"op '{op.name}' declares no {'baseline' if point else 'bench point'} "
+                      f"for {device}")
+    dtype = bench_dtype(op, point, config.bench_dtype)
+    case = bench_case(op, point, dtype)
+    where = f"bench point {', '.join(f'{k}={v}' for k, v in case.sizes.items())}, {dtype}"
+    arts: dict = {"bench": {"sizes": dict(case.sizes), "dtype": dtype}}
+    timer = timer or default_timer(device)
+
+    ins = corr.fresh_inputs(op, dtype, case.inputs, device)
+    outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
+    kernel(ins, outs, dict(case.sizes))
+    corr.sync(device)
+    ref, note = oracle(op, case, device)
+    if note:
+        arts["bench_check"] = note
+    message, error = bench_judge(op, case, ins, outs, ref, 0, device)
+    arts["bench_max_error"] = error
+    if message:
+        return Timing(f"wrong at the {where}: {message}", artifacts=arts)
+
+    def repoison():
+        for t in op.outputs:
+            corr.poison(outs[t.name], op.dtype_of(t.name, dtype), 1)
+
+    with torch.no_grad():
+        samples = timer(lambda: kernel(ins, outs, dict(case.sizes)), warmup=config.warmup,
+                        reps=config.reps, setup=repoison)
+    corr.sync(device)
+    message, _ = bench_judge(op, case, ins, outs, ref, 1, device)
+    if message:
+        return Timing(f"wrong after repeated runs at the {where}: {message}", artifacts=arts)
+    time_ms = statistics.median(samples)
+
+    base = time_baseline(op, case, device, baseline_mode(config), config, timer,
+                         BASELINES if baselines is None else baselines, compile_fn)
+    nbytes = traffic_bytes(op, case.sizes, dtype)
+    bw = bandwidth(device, nbytes) if callable(bandwidth) else \
+        bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes)
+    suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
+    if suspect and bandwidth is None:  # rule out a copy that was slow by bad luck: measure again
+        bw = copy_bandwidth(device, nbytes, fresh=True)
+        suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
+    floor_ms = nbytes / bw * 1e3
+    arts.update(timings_ms=samples, floor_ms=floor_ms, bytes=nbytes, bandwidth_gbs=bw / 1e9,
+                suspect=suspect)
+    if base.note:
+        arts["baseline_fallback"] = base.note
+    timing = Timing(None, time_ms, base.ms, base.name, arts)
+    if suspect:
+        timing.message = (f"suspect: {time_ms:.4g} ms is faster than the memory-traffic floor "
+                          f"{floor_ms:.4g} ms ({nbytes / 1e6:.4g} MB of inputs and outputs at "
+                          f"{bw / 1e9:.4g} GB/s); the kernel cannot have done the work")
+    return timing

@@ -1,0 +1,170 @@
+"""A long-lived evaluation worker process, as the pool starts it (spawn, never fork).
+
+The worker's environment is fixed before anything heavy is imported: a worker
+for device 'cpu' runs with ``TRITON_INTERPRET=1`` (Triton kernels then run in
+the interpreter; Triton reads the variable when a kernel is decorated) and sees
+no GPU; a 'cuda' worker runs with ``TRITON_INTERPRET`` removed. This module
+imports only the standard library at its top, so nothing imports triton before
+the environment is set. A CPU worker's address space is limited (RLIMIT_AS).
+
+Protocol on the pipe: the worker sends ``("ready", pid)`` once torch and the
+evaluator are imported; then it receives ``(job_id, pickled EvalJob)`` or
+``None`` (stop) and answers ``("result", job_id, Result, retire)``. ``retire``
+is True after an out-of-memory job or a broken CUDA context: the worker exits
+and the pool starts a fresh one. stdout and stderr go to a log file the pool
+reads after a crash; a hang dumps every thread's stack there just before the
+pool's deadline.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+from dataclasses import dataclass
+
+TRACEBACK_MARGIN_S = 0.5
+
+
+@dataclass(frozen=True)
+class WorkerKind:
+    """What a worker is set up for; jobs go only to workers of their kind."""
+    device: str
+    memory_mb: int | None  # RLIMIT_AS; CPU workers only (CUDA maps far more than it uses)
+
+    @staticmethod
+    def of(config) -> "WorkerKind":
+        return WorkerKind(config.device, config.memory_mb if config.device == "cpu" else None)
+
+    def environment(self) -> dict[str, str | None]:
+        """Variables to set (None: remove) in the worker before any import."""
+        if self.device == "cpu":
+            return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+        return {"TRITON_INTERPRET": None}
+
+
+def main(conn, kind: WorkerKind, log_path: str, initializer: str | None) -> None:
+    for name, value in kind.environment().items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _redirect_output(log_path)
+    _limit(kind.memory_mb)
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    import faulthandler
+    faulthandler.enable()
+    if initializer:
+        module, _, fn = initializer.partition(":")
+        getattr(__import__(module, fromlist=[fn]), fn)()
+    import torch  # noqa: F401 - imported once here, not inside the first job's deadline
+
+    from .evaluator import evaluate
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        job_id, blob = message
+        result, retire = _run(blob, evaluate)
+        conn.send(("result", job_id, result, retire))
+        if retire:
+            return
+
+
+def _run(blob: bytes, evaluate):
+    import faulthandler
+
+    from .result import Result
+    try:
+        job = pickle.loads(blob)
+    except Exception as e:
+        return Result.failure("worker", f"job could not be unpickled: {e}"), False
+    timeout = job.config.timeout_s
+    faulthandler.dump_traceback_later(max(timeout - TRACEBACK_MARGIN_S, timeout * 0.9))
+    try:
+        result = evaluate(job)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    retire = False
+    if result.artifacts.get("out_of_memory"):
+        result = Result.failure("worker", f"out of memory in {result.stage}: {result.message}",
+                                **result.artifacts)
+        retire = True
+    broken = _cuda_broken() if job.config.device == "cuda" else None
+    if broken:
+        result = Result.failure("worker", f"CUDA context lost ({broken}) in {result.stage}: "
+                                          f"{result.message}", **result.artifacts)
+        retire = True
+    return _picklable(result), retire
+
+
+def _cuda_broken() -> str | None:
+    import torch
+    if not torch.cuda.is_initialized():
+        return None
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device="cuda").add_(1).item()
+        return None
+    except Exception as e:
+        return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _picklable(result):
+    try:
+        pickle.dumps(result)
+        return result
+    except Exception:
+        from dataclasses import replace
+        return replace(result, artifacts=_plain(result.artifacts))
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def _redirect_output(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+
+
+def _limit(memory_mb: int | None) -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash is reported, not dumped
+    if memory_mb:
+        limit = memory_mb << 20
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the pool's process dies, even mid-hang."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(0)
+    except OSError:
+        pass

@@ -1,0 +1,352 @@
+"""The evaluator in-process: every stage, and an adversarial suite of cheating or broken kernels.
+
+Each adversarial candidate is free source for a small op; it must be rejected at
+the right stage with a message that says what went wrong, and the evaluator must
+return a Result rather than raise. (Crashes, hangs and memory blow-ups need a
+worker process: tests/test_isolation.py.)
+"""
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import fake_backend
+from fake_backend import QUICK, SOFTMAX, load, softmax_op
+from kdsl.search import correctness, evaluator, timing
+from kdsl.search.candidate import Candidate
+from kdsl.search.executors import InlineExecutor
+from kdsl.search.jobs import EvalJob
+from kdsl.search.result import STAGES
+
+fake_backend.register()
+
+
+def evaluate(source: str | None = None, op=None, config=QUICK, genome=None, timer=None):
+    candidate = Candidate.of("fakepy", genome or {}, textwrap.dedent(source) if source else None)
+    return evaluator.evaluate(EvalJob(op or load("softmax"), candidate, config), timer=timer)
+
+
+def numpy_softmax_then(extra: str) -> str:
+    """The honest softmax kernel followed by ``extra`` lines inside kernel()."""
+    return SOFTMAX + textwrap.indent(textwrap.dedent(extra), "    ")
+
+
+# ---- the honest candidate --------------------------------------------------
+
+def test_a_correct_candidate_passes_every_stage_with_each_artifact(monkeypatch):
+    monkeypatch.setattr(timing, "BASELINES", {})
+
+    def fake_timer(fn, warmup, reps, setup=None):
+        for _ in range(warmup + reps):
+            setup and setup()
+            fn()
+        return [2.0] * reps if not fake_timer.calls else [3.0] * reps
+
+    fake_timer.calls = 0
+
+    def counting(fn, warmup, reps, setup=None):
+        out = fake_timer(fn, warmup, reps, setup)
+        fake_timer.calls += 1
+        return out
+
+    config = dataclasses.replace(QUICK, time=True, reps=3, warmup=1)
+    r = evaluate(op=softmax_op(), config=config, genome={"variant": "softmax"}, timer=counting)
+    assert r.ok and r.stage == "timing" and r.message == ""
+    assert r.time_ms == 2.0 and r.baseline_ms == 3.0 and r.baseline_name == "eager"
+    assert r.speedup == pytest.approx(1.5)
+    a = r.artifacts
+    assert a["source"] == SOFTMAX and a["genome"] == {"variant": "softmax", "unused": 1}
+    assert a["build_log"] == "exec ok" and a["meta"] == {"lines": SOFTMAX.count("\n")}
+    assert "no_torch_compute" in a["guards"]
+    assert a["cases_checked"] >= 4 and 0 <= a["max_error"] < 1e-6
+    assert a["floor_ms"] > 0 and a["suspect"] is False
+    assert set(a["stage_s"]) == set(STAGES)
+
+
+def test_without_timing_the_result_ends_at_correctness():
+    r = evaluate(SOFTMAX)
+    assert r.ok and r.stage == "correctness" and r.time_ms is None
+
+
+def test_swiglu_with_two_inputs_passes():
+    source = """
+        import numpy as np
+        import torch
+
+        def kernel(inputs, outputs, sizes):
+            a, b = inputs["a"].double().numpy(), inputs["b"].double().numpy()
+            outputs["y"].copy_(torch.from_numpy(a / (1 + np.exp(-a)) * b))
+    """
+    assert evaluate(source, op=load("swiglu")).ok
+
+
+# ---- adversarial: wrong answers --------------------------------------------
+
+def test_returning_its_input_fails_correctness():
+    r = evaluate(fake_backend.IDENTITY)
+    assert (r.ok, r.stage) == (False, "correctness")
+    assert "elements outside rtol" in r.message and "worst at [" in r.message
+    assert "case f32" in r.message
+
+
+def test_a_constant_fails_correctness():
+    r = evaluate("""
+        def kernel(inputs, outputs, sizes):
+            outputs["y"].fill_(1.0 / sizes["N"])
+    """)
+    assert r.stage == "correctness" and "elements outside rtol" in r.message
+
+
+def test_writing_half_the_output_fails_with_where_and_how_many():
+    r = evaluate("""
+        import numpy as np
+        import torch
+
+        def kernel(inputs, outputs, sizes):
+            x = inputs["x"].double().numpy()
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            y = torch.from_numpy(e / e.sum(axis=1, keepdims=True)).flatten()
+            flat = outputs["y"].view(-1)
+            half = flat.numel() // 2
+            flat[:half].copy_(y[:half])
+    """)
+    assert r.stage == "correctness"
+    assert r.message.startswith("y: 1 of 1 elements never written (poison left), at [0, 0]")
+
+
+def test_skipping_rows_fails_as_unwritten():
+    r = evaluate("""
+        import numpy as np
+        import torch
+
+        def kernel(inputs, outputs, sizes):
+            M = sizes["M"]
+            x = inputs["x"].double().numpy()[: (M + 1) // 2]
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            outputs["y"][: (M + 1) // 2].copy_(torch.from_numpy(e / e.sum(axis=1, keepdims=True)))
+    """)
+    assert r.stage == "correctness"
+    assert "never written (poison left)" in r.message
+    m = r.artifacts["failed_case"]["sizes"]["M"]
+    n_left = (m - (m + 1) // 2) * r.artifacts["failed_case"]["sizes"]["N"]
+    assert f"{n_left} of " in r.message
+
+
+def test_mutating_an_input_fails_and_names_it():
+    r = evaluate("""
+        import numpy as np
+        import torch
+
+        def kernel(inputs, outputs, sizes):
+            a, b = inputs["a"].double().numpy(), inputs["b"].double().numpy()
+            outputs["y"].copy_(torch.from_numpy(a / (1 + np.exp(-a)) * b))
+            inputs["b"].zero_()
+    """, op=load("swiglu"))
+    assert r.stage == "correctness"
+    assert r.message.startswith("input 'b' was modified by the kernel")
+
+
+def test_producing_nan_fails_even_where_the_answer_is_close():
+    r = evaluate(numpy_softmax_then('outputs["y"][0, 0] = float("nan")'))
+    assert r.stage == "correctness"
+    assert r.message.startswith("y: NaN in 1 of ") and "at [0, 0]" in r.message
+
+
+def test_producing_inf_fails():
+    r = evaluate(numpy_softmax_then('outputs["y"][-1, -1] = float("inf")'))
+    assert r.stage == "correctness" and r.message.startswith("y: inf in 1 of ")
+
+
+def test_a_kernel_that_raises_fails_correctness_with_the_error():
+    r = evaluate("""
+        def kernel(inputs, outputs, sizes):
+            raise ValueError("block size too large")
+    """)
+    assert r.stage == "correctness"
+    assert "kernel raised ValueError: block size too large" in r.message
+
+
+def test_caching_by_shape_is_caught_by_the_second_run_on_new_values():
+    """A cache the guards cannot see (a closure, not source): the twin run catches it."""
+    op = load("softmax")
+    memo = {}
+
+    def cached(inputs, outputs, sizes):
+        key = (sizes["M"], sizes["N"], inputs["x"].dtype)
+        if key not in memo:
+            x = inputs["x"].double().numpy()
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            memo[key] = torch.from_numpy(e / e.sum(axis=1, keepdims=True))
+        outputs["y"].copy_(memo[key])
+
+    config = dataclasses.replace(QUICK, cases_per_dtype=1)
+    shapes = [p.shape.sizes for p in correctness.plan(op, config)]
+    assert len({tuple(s.items()) for s in shapes}) == len(shapes)  # no repeat to give it away
+    outcome = correctness.check(op, cached, config)
+    assert "second run, new values" in outcome.message
+
+
+# ---- adversarial: the guards -----------------------------------------------
+
+def test_a_cache_in_the_source_is_refused_by_the_guards():
+    r = evaluate("""
+        import numpy as np
+        import torch
+
+        _memo = {}
+
+        def kernel(inputs, outputs, sizes):
+            key = (sizes["M"], sizes["N"])
+            if key not in _memo:
+                x = inputs["x"].double().numpy()
+                e = np.exp(x - x.max(axis=1, keepdims=True))
+                _memo[key] = torch.from_numpy(e / e.sum(axis=1, keepdims=True))
+            outputs["y"].copy_(_memo[key])
+    """)
+    assert r.stage == "guards"
+    assert "no_state" in r.message and "'_memo'" in r.message
+
+
+def test_calling_torch_softmax_is_refused_by_the_guards():
+    r = evaluate("""
+        import torch
+
+        def kernel(inputs, outputs, sizes):
+            outputs["y"].copy_(torch.softmax(inputs["x"], dim=-1))
+    """)
+    assert r.stage == "guards"
+    assert r.message == "no_torch_compute: line 5: uses torch.softmax"
+    assert r.artifacts["violations"] == [r.message]
+
+
+def test_launching_on_a_side_stream_is_refused_by_the_guards():
+    r = evaluate(numpy_softmax_then("""
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            pass
+    """))
+    assert r.stage == "guards" and "no_side_streams" in r.message
+    assert "torch.cuda.Stream" in r.message
+
+
+# ---- the early stages ------------------------------------------------------
+
+def test_an_unknown_gene_value_fails_render():
+    r = evaluate(genome={"variant": "fastest"})
+    assert (r.stage, r.message) == ("render", "gene variant='fastest' is not one of "
+                                              "('softmax', 'identity')")
+
+
+def test_an_unknown_gene_fails_render():
+    r = evaluate(genome={"BLOCK": 64})
+    assert r.stage == "render" and r.message.startswith("unknown gene 'BLOCK'")
+
+
+def test_an_unknown_backend_fails_render():
+    job = EvalJob(load("softmax"), Candidate.of("no-such-backend"), QUICK)
+    r = evaluator.evaluate(job)
+    assert r.stage == "render" and "no-such-backend" in r.message
+
+
+def test_a_device_the_backend_lacks_fails_render():
+    r = evaluate(SOFTMAX, config=dataclasses.replace(QUICK, device="cuda"))
+    assert r.stage == "render" and "does not run on cuda" in r.message
+
+
+def test_a_syntax_error_fails_build_with_the_log():
+    r = evaluate("def kernel(:\n")
+    assert r.stage == "build" and r.message.startswith("syntax error")
+    assert r.artifacts["build_log"].startswith("<candidate>:1:")
+
+
+def test_an_exception_inside_a_stage_is_a_failure_not_a_raise(monkeypatch):
+    def explode(op, kernel, config):
+        raise RuntimeError("evaluator bug")
+
+    monkeypatch.setattr(correctness, "check", explode)
+    r = evaluate(SOFTMAX)
+    assert (r.ok, r.stage) == (False, "correctness")
+    assert r.message == "correctness raised RuntimeError: evaluator bug"
+    assert "evaluator bug" in r.artifacts["traceback"]
+
+
+def test_running_out_of_memory_is_marked_for_the_worker(monkeypatch):
+    def exhaust(op, kernel, config):
+        raise MemoryError("Unable to allocate 4.00 EiB")
+
+    monkeypatch.setattr(correctness, "check", exhaust)
+    r = evaluate(SOFTMAX)
+    assert r.stage == "correctness" and r.artifacts["out_of_memory"] is True
+
+
+def test_sys_exit_in_a_kernel_is_a_failure():
+    r = evaluate("""
+        import sys
+
+        def kernel(inputs, outputs, sizes):
+            sys.exit(4)
+    """)
+    assert r.stage == "correctness" and "raised SystemExit: 4" in r.message
+
+
+def test_triton_on_cpu_is_not_timed_since_it_runs_interpreted():
+    class Named:
+        def __init__(self, name):
+            self.name = name
+
+    assert "interpreter" in evaluator.untimed(Named("triton"), "cpu")
+    assert evaluator.untimed(Named("triton"), "cuda") is None
+    assert evaluator.untimed(Named("c"), "cpu") is None
+
+
+def test_inline_executor_returns_a_completed_future():
+    future = InlineExecutor().submit(EvalJob(load("softmax"), Candidate.of(
+        "fakepy", {"variant": "identity"}), QUICK))
+    assert future.done() and future.result().stage == "correctness"
+
+
+# ---- correctness details ---------------------------------------------------
+
+def test_poison_is_not_what_arithmetic_produces():
+    for dt in ("f32", "f16", "bf16", "f64"):
+        t = torch.empty(4, dtype=getattr(torch, {"f32": "float32", "f16": "float16",
+                                                  "bf16": "bfloat16", "f64": "float64"}[dt]))
+        correctness.poison(t, dt, 0)
+        assert torch.isnan(t).all()
+        t[1] = float("nan")  # a computed NaN is written, not poison
+        assert correctness._poisoned(t, dt, 0).tolist() == [True, False, True, True]
+    b = torch.empty(3, dtype=torch.bool)
+    correctness.poison(b, "bool", 1)
+    b[0] = True
+    assert correctness._poisoned(b, "bool", 1).tolist() == [False, True, True]
+
+
+def test_the_plan_adds_edge_sizes_and_respects_the_element_limit():
+    op = load("softmax")
+    planned = correctness.plan(op, dataclasses.replace(QUICK, max_case_elements=2000))
+    sizes = [p.shape.sizes for p in planned]
+    assert all(correctness.elements(op, s) <= 2000 for s in sizes)
+    assert {"M": 1, "N": 1} in sizes
+    assert any(p.shape.label == "edge-size" for p in planned)
+    assert {p.shape.dtype for p in planned} == {"f32"}
+
+
+def test_dtypes_the_op_lacks_fall_back_to_its_own():
+    op = load("hash_bucketize")
+    assert correctness.chosen_dtypes(op, ("f32",)) == op.dtype_choices
+
+
+def test_real_backends_pass_correctness_inline():
+    from kdsl import backends
+    for name in ("numpy", "c", "torch"):
+        try:
+            backends.get(name)
+        except Exception:
+            continue
+        job = EvalJob(load("softmax"), Candidate.of(name), QUICK)
+        r = evaluator.evaluate(job)
+        assert r.ok, (name, r.stage, r.message)

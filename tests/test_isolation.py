@@ -1,0 +1,209 @@
+"""Worker isolation: hangs, crashes and memory blow-ups fail their own job, never the evaluator.
+
+One pool serves the module; the adversarial jobs are submitted together (two
+workers restart in parallel) and each test then checks its own future.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import textwrap
+
+import pytest
+
+import fake_backend
+from fake_backend import QUICK, SOFTMAX, load, softmax_op
+from kdsl import cli
+from kdsl.search.candidate import Candidate
+from kdsl.search.executors import PoolExecutor
+from kdsl.search.jobs import EvalJob
+
+PARENT_ENVIRONMENT = {k: os.environ.get(k) for k in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")}
+ISOLATED = dataclasses.replace(QUICK, timeout_s=90.0, memory_mb=3072)
+HANG_TIMEOUT_S = 3.0
+
+ADVERSARIES = {
+    "sleeps forever": ("""
+        import time
+
+        def kernel(inputs, outputs, sizes):
+            time.sleep(10_000)
+    """, "timed out after 3s"),
+    "segfaults": ("""
+        import ctypes
+
+        def kernel(inputs, outputs, sizes):
+            ctypes.string_at(0)
+    """, "killed by signal SIGSEGV"),
+    "exits": ("""
+        import os
+
+        def kernel(inputs, outputs, sizes):
+            os._exit(3)
+    """, "worker exited with code 3"),
+    "aborts": ("""
+        import os
+
+        def kernel(inputs, outputs, sizes):
+            os.abort()
+    """, "killed by signal SIGABRT"),
+    "allocates without bound": ("""
+        def kernel(inputs, outputs, sizes):
+            hoard = []
+            while True:
+                hoard.append(bytearray(1 << 30))
+    """, "out of memory in correctness"),
+}
+
+INTERPRETED = SOFTMAX.replace("def kernel(inputs, outputs, sizes):\n", """\
+def kernel(inputs, outputs, sizes):
+    import os
+    if os.environ.get("TRITON_INTERPRET") != "1" or os.environ.get("CUDA_VISIBLE_DEVICES") != "":
+        raise RuntimeError("a cpu worker must run Triton interpreted and see no GPU")
+""")
+
+
+def job(source: str, config=ISOLATED, op=None) -> EvalJob:
+    return EvalJob(op or load("softmax"), Candidate.of("fakepy", source=textwrap.dedent(source)),
+                   config)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with PoolExecutor(workers=2, initializer="fake_backend:register") as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def batch(pool):
+    """Every adversary, an honest job between them, and the environment check, all at once."""
+    futures = {}
+    for name, (source, _) in ADVERSARIES.items():
+        config = dataclasses.replace(ISOLATED, timeout_s=HANG_TIMEOUT_S) \
+            if name == "sleeps forever" else ISOLATED
+        futures[name] = pool.submit(job(source, config))
+    futures["honest"] = pool.submit(job(SOFTMAX))
+    futures["environment"] = pool.submit(job(INTERPRETED))
+    return {name: f.result(timeout=600) for name, f in futures.items()}
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIES))
+def test_an_adversary_fails_its_own_job_as_a_worker_failure(batch, name):
+    r = batch[name]
+    expected = ADVERSARIES[name][1]
+    assert (r.ok, r.stage) == (False, "worker"), r.message
+    assert r.message.startswith(expected), r.message
+
+
+def test_a_crash_leaves_a_traceback_in_the_worker_log(batch):
+    log = batch["segfaults"].artifacts["worker_log"]
+    assert "Segmentation fault" in log and "<candidate>" in log
+    hang = batch["sleeps forever"].artifacts["worker_log"]  # where it hung, dumped in time
+    assert "Timeout" in hang and "<candidate>" in hang
+
+
+def test_honest_jobs_pass_among_the_crashes(batch, pool):
+    assert batch["honest"].ok, batch["honest"].message
+    again = pool.submit(job(SOFTMAX)).result(timeout=600)
+    assert again.ok and again.artifacts["cases_checked"] > 0
+
+
+def test_cpu_workers_run_triton_interpreted_without_a_gpu(batch):
+    assert batch["environment"].ok, batch["environment"].message
+    assert {k: os.environ.get(k) for k in PARENT_ENVIRONMENT} == PARENT_ENVIRONMENT
+
+
+def test_real_triton_runs_in_a_cpu_worker(pool):
+    from kdsl import backends
+    try:
+        backends.get("triton")
+    except Exception as e:
+        pytest.skip(f"triton backend unavailable: {e}")
+    config = dataclasses.replace(ISOLATED, max_case_elements=2048)
+    r = pool.submit(EvalJob(softmax_op(), Candidate.of("triton"), config)).result(timeout=600)
+    assert r.ok, r.message
+
+
+def test_a_done_callback_may_submit_again(pool):
+    import threading
+    chained, submitted = [], threading.Event()
+
+    def again(_):
+        chained.append(pool.submit(job(fake_backend.IDENTITY)))
+        submitted.set()
+
+    first = pool.submit(job(SOFTMAX))
+    first.add_done_callback(again)
+    assert first.result(timeout=600).ok
+    assert submitted.wait(60)
+    assert chained[0].result(timeout=600).stage == "correctness"
+
+
+def test_a_worker_that_cannot_start_fails_the_job_not_the_pool():
+    with PoolExecutor(workers=1, initializer="no_such_module:register") as p:
+        r = p.submit(job(SOFTMAX)).result(timeout=600)
+    assert (r.stage, r.message) == ("worker", "the worker failed to start: worker exited with "
+                                              "code 1")
+    assert "No module named 'no_such_module'" in r.artifacts["worker_log"]
+
+
+def test_futures_never_raise():
+    import threading
+    p = PoolExecutor(workers=1, initializer="fake_backend:register")
+    unpicklable = Candidate.of("fakepy", {"variant": threading.Lock()})
+    r = p.submit(EvalJob(load("softmax"), unpicklable, ISOLATED)).result()
+    assert r.stage == "worker" and "cannot be sent to a worker" in r.message
+    pending = p.submit(job(SOFTMAX))
+    p.shutdown()
+    assert pending.result(timeout=60).stage in ("worker", "correctness")
+    late = p.submit(job(SOFTMAX)).result()
+    assert (late.stage, late.message) == ("worker", "the executor is shut down")
+
+
+# ---- kdsl eval -------------------------------------------------------------
+
+def kdsl(*argv) -> int:
+    return cli.main(list(argv))
+
+
+def test_kdsl_eval_prints_each_stage_and_exits_0_when_correct(tmp_path, capsys):
+    small = tmp_path / "softmax_small.kspec"
+    small.write_text(open("specs/softmax.kspec").read().replace(
+        "bench cpu: M=4096, N=4096", "bench cpu: M=64, N=128"))
+    assert kdsl("eval", str(small), "--backend", "numpy") == 0
+    out = capsys.readouterr().out
+    for stage in ("render", "build", "guards", "correctness", "timing"):
+        assert stage in out
+    assert "max error" in out and "baseline" in out and "speedup" in out
+    assert "FAILED" not in out
+
+
+def test_kdsl_eval_exits_1_when_the_candidate_fails(tmp_path, capsys):
+    source = tmp_path / "identity.py"
+    source.write_text(textwrap.dedent("""
+        def kernel(inputs, outputs, sizes):
+            outputs["y"].copy_(inputs["x"])
+    """))
+    assert kdsl("eval", "specs/softmax.kspec", "--backend", "numpy", "--source", str(source),
+                "--no-time") == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "failed at correctness" in out and "worst at" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--backend", "nope"], "unknown backend 'nope'"),
+    (["--backend", "numpy", "--genome", "{not json"], "--genome is not valid JSON"),
+    (["--backend", "numpy", "--genome", "[1, 2]"], "--genome must be a JSON object"),
+    (["--backend", "numpy", "--source", "/no/such/file.py"], "cannot read --source"),
+    (["--backend", "numpy", "--op", "nope"], "no op 'nope'"),
+])
+def test_kdsl_eval_bad_usage_exits_2(argv, message, capsys):
+    assert kdsl("eval", "specs/softmax.kspec", *argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_kdsl_eval_bad_spec_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.kspec"
+    bad.write_text("op broken\n  dims M\n  in x: f33 [M]\n")
+    assert kdsl("eval", str(bad), "--backend", "numpy") == 2
+    assert "error:" in capsys.readouterr().err

@@ -1,0 +1,196 @@
+"""The timing stage with fake timers and clocks: medians, the baseline cache, the floor."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from fake_backend import QUICK, load, softmax_op
+from kdsl.search import timing
+
+CONFIG = dataclasses.replace(QUICK, time=True, warmup=2, reps=5)
+
+
+def softmax_kernel(inputs, outputs, sizes):
+    x = inputs["x"].double().numpy()
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    outputs["y"].copy_(torch.from_numpy(e / e.sum(axis=1, keepdims=True)))
+
+
+class FakeTimer:
+    """Returns scripted samples: the first call is the candidate, the next the baseline."""
+
+    def __init__(self, *samples):
+        self.samples = list(samples)
+        self.calls = []
+
+    def __call__(self, fn, warmup, reps, setup=None):
+        self.calls.append((warmup, reps))
+        for _ in range(warmup + reps):  # run it for real, so the post-timing check sees outputs
+            if setup:
+                setup()
+            fn()
+        return self.samples.pop(0)
+
+
+class FakeClock:
+    """A clock that the timed function advances by scripted amounts (seconds)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_cpu_timer_takes_reps_after_warmup_and_runs_setup_outside():
+    clock = FakeClock()
+    steps = iter([100.0, 100.0, 0.005, 0.001, 0.003, 0.002, 0.004])  # two warm-ups are slow
+    setups = []
+
+    def fn():
+        clock.now += next(steps)
+
+    def setup():
+        setups.append(clock.now)
+        clock.now += 50.0  # setup time must not count
+
+    samples = timing.CpuTimer(clock)(fn, warmup=2, reps=5, setup=setup)
+    assert samples == pytest.approx([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert len(setups) == 7
+
+
+def test_measure_reports_the_medians_and_the_floor():
+    op = softmax_op()
+    timer = FakeTimer([5.0, 1.0, 3.0, 2.0, 4.0], [9.0, 6.0, 7.0, 8.0, 6.5])
+    t = timing.measure(op, softmax_kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
+    assert t.message is None
+    assert t.time_ms == 3.0 and t.baseline_ms == 7.0 and t.baseline_name == "eager"
+    nbytes = 2 * 64 * 128 * 4
+    assert t.artifacts["bytes"] == nbytes
+    assert t.artifacts["floor_ms"] == pytest.approx(nbytes / 1e9 * 1e3)
+    assert t.artifacts["suspect"] is False
+    assert t.artifacts["bench"] == {"sizes": {"M": 64, "N": 128}, "dtype": "f32"}
+    assert timer.calls == [(2, 5), (2, 5)]
+
+
+def test_the_baseline_is_timed_once_per_process_and_point():
+    op, cache = softmax_op(), {}
+    first = FakeTimer([1.0] * 5, [4.0] * 5)
+    timing.measure(op, softmax_kernel, CONFIG, timer=first, bandwidth=1e9, baselines=cache)
+    second = FakeTimer([2.0] * 5)
+    t = timing.measure(op, softmax_kernel, CONFIG, timer=second, bandwidth=1e9, baselines=cache)
+    assert len(second.calls) == 1 and t.baseline_ms == 4.0 and t.time_ms == 2.0
+    other = dataclasses.replace(CONFIG, baseline="compile")
+    third = FakeTimer([2.0] * 5, [3.0] * 5)
+    t = timing.measure(op, softmax_kernel, other, timer=third, bandwidth=1e9, baselines=cache,
+                       compile_fn=lambda fn: fn)
+    assert len(third.calls) == 2 and t.baseline_name == "torch.compile"
+
+
+def test_faster_than_the_memory_floor_is_suspect():
+    op = softmax_op()
+    timer = FakeTimer([0.001] * 5, [1.0] * 5)
+    t = timing.measure(op, softmax_kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
+    assert t.artifacts["suspect"] is True
+    assert t.message.startswith("suspect: 0.001 ms is faster than the memory-traffic floor")
+    assert t.time_ms == 0.001  # kept for the record
+
+
+def test_a_failing_compile_falls_back_to_eager_and_says_so():
+    op = softmax_op()
+
+    def broken_compile(fn):
+        raise RuntimeError("inductor is not available here")
+
+    config = dataclasses.replace(CONFIG, baseline="compile")
+    timer = FakeTimer([1.0] * 5, [2.0] * 5)
+    t = timing.measure(op, softmax_kernel, config, timer=timer, bandwidth=1e9, baselines={},
+                       compile_fn=broken_compile)
+    assert t.message is None and t.baseline_name == "eager"
+    assert "inductor is not available here" in t.artifacts["baseline_fallback"]
+
+
+def test_auto_baseline_is_compile_on_cuda_and_eager_on_cpu():
+    assert timing.baseline_mode(CONFIG) == "eager"
+    assert timing.baseline_mode(dataclasses.replace(CONFIG, device="cuda")) == "compile"
+    assert timing.baseline_mode(dataclasses.replace(CONFIG, baseline="eager",
+                                                    device="cuda")) == "eager"
+
+
+def test_bench_point_prefers_the_device_and_bench_dtype_can_override():
+    op = load("softmax")
+    cpu, anywhere = timing.bench_point(op, "cpu"), timing.bench_point(op, "cuda")
+    assert cpu.device == "cpu" and cpu.size_dict() == {"M": 4096, "N": 4096}
+    assert anywhere.device is None and anywhere.dtype == "bf16"
+    assert timing.bench_dtype(op, anywhere, None) == "bf16"
+    assert timing.bench_dtype(op, anywhere, "f16") == "f16"
+    assert timing.bench_dtype(op, anywhere, "i64") == "bf16"  # not a dtype of this op
+
+
+def test_a_kernel_that_skips_work_at_the_bench_size_is_caught():
+    op = softmax_op()
+
+    def lazy(inputs, outputs, sizes):
+        if sizes["M"] * sizes["N"] >= 64 * 128:
+            outputs["y"][: sizes["M"] // 2].zero_()
+            return
+        softmax_kernel(inputs, outputs, sizes)
+
+    t = timing.measure(op, lazy, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5), bandwidth=1e9,
+                       baselines={})
+    assert t.message.startswith("wrong at the bench point M=64, N=128, f32: y: 4096 of 8192 "
+                                "elements never written")
+
+
+def test_a_kernel_that_stops_working_after_the_first_call_is_caught():
+    op = softmax_op()
+    calls = []
+
+    def once(inputs, outputs, sizes):
+        calls.append(1)
+        if len(calls) == 1:
+            softmax_kernel(inputs, outputs, sizes)
+
+    t = timing.measure(op, once, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5), bandwidth=1e9,
+                       baselines={})
+    assert t.message.startswith("wrong after repeated runs at the bench point")
+
+
+def test_wrong_values_at_the_bench_size_name_the_worst_element():
+    op = softmax_op()
+
+    def off(inputs, outputs, sizes):
+        softmax_kernel(inputs, outputs, sizes)
+        outputs["y"][3, 7] += 0.5
+
+    t = timing.measure(op, off, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5), bandwidth=1e9,
+                       baselines={})
+    assert "worst at [3, 7]" in t.message
+
+
+def test_no_bench_point_is_a_clear_failure():
+    op = dataclasses.replace(softmax_op(), bench=())
+    t = timing.measure(op, softmax_kernel, CONFIG, timer=FakeTimer(), bandwidth=1e9)
+    assert t.message == "op 'softmax' declares no bench point for cpu"
+
+
+def test_traffic_counts_every_input_and_output_at_its_dtype():
+    op = load("swiglu")
+    assert timing.traffic_bytes(op, {"M": 4, "N": 8}, "bf16") == 3 * 32 * 2
+    assert timing.traffic_bytes(op, {"M": 4, "N": 8}, "f32") == 3 * 32 * 4
+
+
+def test_cpu_copy_bandwidth_is_measured_once_per_size():
+    bw = timing.copy_bandwidth("cpu", 3 << 20)
+    assert bw > 1e8
+    assert timing.copy_bandwidth("cpu", 4 << 20) == bw  # same power-of-two bucket, cached
+
+
+def test_real_cpu_timing_is_positive():
+    op = softmax_op("M=16, N=32")
+    t = timing.measure(op, softmax_kernel, CONFIG, baselines={})
+    assert t.message is None and t.time_ms > 0 and t.baseline_ms > 0
+    assert len(t.artifacts["timings_ms"]) == CONFIG.reps
