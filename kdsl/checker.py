@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import warnings
 from dataclasses import dataclass
 
 from . import dtypes, ir
 from .builtins import CASTS, CONSTANTS, ELEMENTWISE, INDEX_BUILTINS
+from .domains import domain_errors, empty_domain_errors
 from .errors import Diagnostic
 from .intervals import IntervalEval
 from .parser import COLLECTIVES, REDUCTIONS, SCANS
@@ -74,14 +76,17 @@ class Checker:
         op, dims = self.op, set(self.op.dims)
         for t in op.tensors:
             for e in t.shape:
-                for node in ir.walk(e):
-                    if isinstance(node, ir.Name) and node.name not in dims:
-                        self.error(node.loc, f"unknown dim '{node.name}' in the shape of "
-                                             f"'{t.name}'; declare it with 'dims'")
+                unknown = [n for n in ir.walk(e) if isinstance(n, ir.Name) and n.name not in dims]
+                for node in unknown:
+                    self.error(node.loc, f"unknown dim '{node.name}' in the shape of "
+                                         f"'{t.name}'; declare it with 'dims'")
                 try:
-                    evaluate(e, {d: 1 for d in dims})
+                    if not unknown:
+                        evaluate(e, {d: 1 for d in dims})
                 except NotASize as err:
                     self.error(getattr(err.node, "loc", t.loc), err.why)
+        for loc, message in domain_errors(op):
+            self.error(loc, message)
         if op.test is None or op.tolerance is None or not op.bench:
             return
         tested = set()
@@ -127,6 +132,8 @@ class Checker:
         if not self.samples:
             self.error(op.test.ranges[0].loc if op.test.ranges else op.loc,
                        "no sizes in the test ranges satisfy the conditions")
+        for loc, message in empty_domain_errors(op, self.samples):
+            self.error(loc, message)
         self.samples += [p.size_dict() for p in op.bench
                          if p.size_dict() not in self.samples and valid(op, p.size_dict())]
 
@@ -153,6 +160,10 @@ class Checker:
             self.fatal(st.loc, f"'{st.target}' is an input and cannot be assigned")
         if st.target in self.defined:
             self.fatal(st.loc, f"'{st.target}' is assigned twice")
+        for node in ir.walk(st.value):  # before inferring ranges from the tensors read
+            if isinstance(node, ir.Access):
+                self._readable(node, st)
+        before = len(self.diagnostics)
         if target is not None:
             if len(target.shape) != len(st.indices):
                 self.fatal(st.loc, f"'{st.target}' has rank {len(target.shape)} but is "
@@ -181,7 +192,8 @@ class Checker:
             elif kind == "bool" and "bool" not in want:
                 self.error(st.loc, f"dtype conflict: the right side is a bool but "
                                    f"'{st.target}' is not; use where(cond, 1, 0)")
-        self.check_bounds(value, scope)
+        if len(self.diagnostics) == before:  # bounds of a wrong statement only add noise
+            self.check_bounds(value, scope)
         self.defined.add(st.target)
         return dataclasses.replace(st, value=value)
 
@@ -251,14 +263,18 @@ class Checker:
         scope[r.name] = _Index(ZERO, ext[0], ext[1], False)
         return dataclasses.replace(r, lo=ZERO, hi=ext[0])
 
-    def _resolve_access(self, e: ir.Access, scope, st) -> ir.Access:
+    def _readable(self, e: ir.Access, st: ir.Statement) -> ir.Tensor:
         t = self.tensors.get(e.tensor)
         if t is None or e.tensor not in self.defined:
             if e.tensor == st.target:
                 self.fatal(e.loc, f"'{e.tensor}' is used on its own right side")
-            if t is None:
+            if t is None and all(s.target != e.tensor for s in self.op.statements):
                 self.fatal(e.loc, f"unknown tensor '{e.tensor}'")
             self.fatal(e.loc, f"'{e.tensor}' is read before it is assigned")
+        return t
+
+    def _resolve_access(self, e: ir.Access, scope, st) -> ir.Access:
+        t = self._readable(e, st)
         if len(e.subscripts) != len(t.shape):
             self.fatal(e.loc, f"rank mismatch: '{e.tensor}' has rank {len(t.shape)} but is "
                               f"indexed with {len(e.subscripts)} subscripts")
@@ -447,7 +463,9 @@ class Checker:
         if b is None:
             return
         try:
-            tree = ast.parse(b.source, mode="eval")
+            with warnings.catch_warnings():  # "invalid decimal literal" and the like
+                warnings.simplefilter("ignore", SyntaxWarning)
+                tree = ast.parse(b.source, mode="eval")
         except SyntaxError as err:
             col = b.loc.column + max((err.offset or 1) - 1, 0)
             self.error(ir.Loc(b.loc.line, col), f"baseline does not parse: {err.msg}")
@@ -458,17 +476,6 @@ class Checker:
                 self.error(ir.Loc(b.loc.line, b.loc.column + node.col_offset),
                            f"baseline uses unknown name '{node.id}' (it sees the inputs, the "
                            f"dims, torch, F = torch.nn.functional, math and kt = kdsl.torch_ops)")
-        for t in self.op.inputs:
-            if t.domain is not None:
-                for e in ((t.domain.lo, t.domain.hi) if isinstance(t.domain, ir.ValueRange)
-                          else (t.domain.total,) if isinstance(t.domain, ir.Offsets) else ()):
-                    self._check_domain_bound(t, e)
-
-    def _check_domain_bound(self, t: ir.Tensor, e: ir.Expr) -> None:
-        for node in ir.walk(e):
-            if isinstance(node, ir.Name) and node.name not in self.op.dims:
-                self.error(node.loc or t.loc, f"domain of '{t.name}' uses '{node.name}', "
-                                              "which is not a dim")
 
 
 def evaluate_or_none(e: ir.Expr, sizes) -> float | None:

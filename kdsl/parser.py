@@ -4,6 +4,7 @@ This stage knows syntax only; meaning is checked in ``checker.py``.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from importlib import resources
 
@@ -18,13 +19,14 @@ REDUCTIONS = ("sum", "max", "min", "prod", "mean", "argmax", "argmin")
 SCANS = ("cumsum", "cumprod")
 COLLECTIVES = ("sort", "argsort", "topk", "argtopk")
 MAX_NESTING = 64
+MAX_DEPTH = 200  # levels of the parse tree; the stages after parsing recurse per level
 
 _TOKEN_NAMES = {
     "_NL": "end of line", "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
     "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','",
     "COLON": "':'", "EQUAL": "'='", "VBAR": "'|'", "$END": "end of file",
     "COMPARE": "a comparison", "ADD_OP": "'+' or '-'", "MUL_OP": "'*', '/', '//' or '%'",
-    "MINUS": "'-'", "BASELINE_TEXT": "a torch expression", "__ANON_0": "'..'",
+    "MINUS": "'-'", "POW": "'**'", "BASELINE_TEXT": "a torch expression", "__ANON_0": "'..'",
 }
 
 
@@ -251,12 +253,21 @@ class _ToIR(Transformer):
 
 
 def check_nesting(text: str, path: str) -> None:
-    """Refuse absurd nesting before parsing, so deep input cannot exhaust the stack."""
-    depth, line, col = 0, 1, 0
+    """Refuse absurd nesting before parsing, so deep input cannot exhaust the stack.
+
+    Brackets never span lines (except after a backslash) and comments hold none, so
+    unclosed brackets spread over many lines are left for the parser to report."""
+    depth, line, col, comment, prev = 0, 1, 0, False, ""
     for ch in text:
         col += 1
         if ch == "\n":
-            line, col = line + 1, 0
+            if prev != "\\" or comment:
+                depth = 0
+            line, col, comment = line + 1, 0, False
+        elif comment or ch == "\r":
+            continue
+        elif ch == "#":
+            comment = True
         elif ch in "([":
             depth += 1
             if depth > MAX_NESTING:
@@ -265,6 +276,21 @@ def check_nesting(text: str, path: str) -> None:
                                 text)
         elif ch in ")]":
             depth = max(depth - 1, 0)
+        prev = ch
+
+
+def check_depth(tree: lark.Tree, path: str, text: str) -> None:
+    """Refuse expressions nested so deep (``- - - x``, a long ``x + x + ...``) that the
+    recursive stages after parsing would exhaust the stack; iterative, so it cannot itself."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            loc = ir.NO_LOC if node.meta.empty else _loc(node.meta)
+            raise SpecError([Diagnostic(path, loc.line, loc.column,
+                                        f"expression nested deeper than {MAX_DEPTH} levels")],
+                            text)
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
 
 
 def _describe_expected(expected) -> str:
@@ -288,7 +314,12 @@ def _syntax_error(e: lark.exceptions.LarkError, path: str, text: str) -> SpecErr
             return SpecError([Diagnostic(path, len(lines), len(lines[-1]) + 1,
                                          f"unexpected end of file; expected "
                                          f"{_describe_expected(e.expected)}")], text)
-        shown = "end of line" if tok.type == "_NL" else repr(str(tok))
+        text_of = str(tok)
+        if tok.type == "BASELINE_TEXT":  # the catch-all terminal lexed the rest of the line
+            text_of = re.match(r"\w+|.", text_of, re.S).group()
+        if len(text_of) > 40:
+            text_of = text_of[:40] + "..."
+        shown = "end of line" if tok.type == "_NL" else repr(text_of)
         return SpecError([Diagnostic(path, tok.line, tok.column,
                                      f"unexpected {shown}; expected "
                                      f"{_describe_expected(e.expected)}")], text)
@@ -301,6 +332,8 @@ def _syntax_error(e: lark.exceptions.LarkError, path: str, text: str) -> SpecErr
 
 def decode(data: bytes, path: str) -> str:
     """Bytes -> text, with a located error for anything that is not UTF-8 text."""
+    if data.startswith(b"\xef\xbb\xbf"):  # a byte-order mark some editors write
+        data = data[3:]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -308,7 +341,8 @@ def decode(data: bytes, path: str) -> str:
         line = prefix.count("\n") + 1
         col = len(prefix) - (prefix.rfind("\n") + 1) + 1
         raise SpecError([Diagnostic(path, line, col,
-                                    f"not UTF-8 text (byte {data[e.start]:#04x})")], None)
+                                    f"not UTF-8 text (byte {data[e.start]:#04x})")],
+                        data.decode("utf-8", errors="replace"))
     nul = text.find("\x00")
     if nul >= 0:
         prefix = text[:nul]
@@ -325,6 +359,7 @@ def parse_tree(text: str, path: str):
         tree = _lark().parse(text if text.endswith("\n") else text + "\n")
     except lark.exceptions.LarkError as e:
         raise _syntax_error(e, path, text) from None
+    check_depth(tree, path, text)
     try:
         return _ToIR().transform(tree)
     except lark.exceptions.VisitError as e:

@@ -122,14 +122,38 @@ def bench_case(op: ir.Op, point: ir.BenchPoint, dtype: str) -> cases.Case:
     return _BENCH_CASES[key]
 
 
-def traffic_bytes(op: ir.Op, sizes: dict[str, int], dtype: str) -> int:
+def traffic_bytes(op: ir.Op, sizes: dict[str, int], dtype: str,
+                  inputs: dict | None = None) -> int:
+    """The bytes the op must move: every output, every input, but of a gathered table
+    (read only as ``table[idx[...], ...]``) just the distinct rows the indices touch."""
+    gathered = gathered_by(op)
     total = 0
     for t in (*op.inputs, *op.outputs):
+        shape = shape_of(op, t.name, sizes)
         n = 1
-        for d in shape_of(op, t.name, sizes):
+        for d in shape:
             n *= d
+        index = gathered.get(t.name)
+        if index is not None and inputs is not None and index in inputs and shape:
+            import numpy as np
+            rows = len(np.unique(np.asarray(inputs[index])))
+            n = n // max(shape[0], 1) * min(rows, shape[0])
         total += n * dtypes.ITEMSIZE[op.dtype_of(t.name, dtype)]
     return total
+
+
+def gathered_by(op: ir.Op) -> dict[str, str]:
+    """Input tensors whose every read indexes dim 0 through another input: table -> idx."""
+    reads: dict[str, set] = {}
+    for st in op.statements:
+        for e in ir.walk(st.value):
+            if isinstance(e, ir.Access):
+                first = e.subscripts[0] if e.subscripts else None
+                via = first.tensor if isinstance(first, ir.Access) else None
+                reads.setdefault(e.tensor, set()).add(via)
+    inputs = {t.name for t in op.inputs}
+    return {name: next(iter(v)) for name, v in reads.items()
+            if name in inputs and len(v) == 1 and next(iter(v)) in inputs}
 
 
 # ---- bandwidth -------------------------------------------------------------
@@ -336,7 +360,7 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
 
     base = time_baseline(op, case, device, baseline_mode(config), config, timer,
                          BASELINES if baselines is None else baselines, compile_fn)
-    nbytes = traffic_bytes(op, case.sizes, dtype)
+    nbytes = traffic_bytes(op, case.sizes, dtype, case.inputs)
     bw = bandwidth(device, nbytes) if callable(bandwidth) else \
         bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes)
     suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
