@@ -1,0 +1,175 @@
+"""The C backend: OpenMP + SIMD-friendly loop nests, compiled by the system compiler.
+
+Generated from the IR alone (``c_plan`` groups statements, ``c_render`` writes
+the loops); the genome only changes the schedule, so every genome computes the
+same values. Kernels run on the buffers of CPU torch tensors through ctypes.
+
+Genes (only those that matter for an op are in its space):
+
+- ``threads``: OpenMP threads, ``all`` or a fixed count.
+- ``schedule``: static blocks of the parallel loop, or dynamic chunks (uneven rows).
+- ``order``: the order of a group's parallel loops (they are collapsed into one).
+- ``fuse``: run statements that share leading indices in one parallel loop,
+  keeping intermediates in scalars / row buffers, instead of one loop each.
+- ``inline_tmps``: substitute elementwise intermediates into their readers.
+- ``reduce_order``: ``inner`` keeps reductions innermost (a scalar accumulator);
+  ``outer`` moves them outside the innermost output loop, with a tile of vector
+  accumulators; ``auto`` does so where the innermost index is contiguous in the body.
+- ``tile``: accumulators per tile for ``outer`` reductions.
+- ``prefetch``: gathered rows prefetched this many reduction steps ahead (0: off).
+- ``reduce_vec``: ``simd`` reductions (vector partial accumulators, reassociated) or
+  ``scalar`` (sequential order).
+- ``acc``: accumulator precision of float reductions and scans.
+- ``vec``: preferred vector width in bits; ``simdlen``: omp simd length hint (0: none);
+  ``unroll``: ``#pragma GCC unroll`` of innermost loops (0: compiler's choice).
+- ``fast_div``: division by a loop-invariant value becomes a multiply by its reciprocal.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import shutil
+
+from kdsl import ir
+
+from . import c_build, c_plan
+from .base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
+from .c_emit import CTYPE, SUPPORTED_CALLS
+from .c_render import Options, dims_text
+
+THREADS = ("all", 1, 2)
+
+
+class CBackend:
+    name = "c"
+    devices = ("cpu",)
+    language = "c"
+
+    def available(self) -> bool:
+        return shutil.which(c_build.COMPILER) is not None
+
+    # ---- capability ----
+    def supports(self, op: ir.Op, device: str) -> str | None:
+        if device != "cpu":
+            return f"the c backend runs on the CPU, not on '{device}'"
+        for t in op.tensors:
+            for dt in t.dtypes or (op.dtype_of(t.name, d) for d in op.dtype_choices):
+                if dt not in CTYPE:
+                    return f"dtype {dt} of '{t.name}' has no C type here"
+            try:
+                for e in t.shape:
+                    dims_text(e)
+            except ValueError as e:
+                return f"shape of '{t.name}': {e}"
+        for st in op.statements:
+            why = _statement_problem(st)
+            if why:
+                return why
+        return None
+
+    # ---- search space ----
+    def space(self, op: ir.Op, device: str) -> Space:
+        facts = _facts(op)
+        genes = [Gene("threads", THREADS, doc="OpenMP threads"),
+                 Gene("vec", (256, 128), ordered=True, doc="preferred vector width, bits"),
+                 Gene("simdlen", (0, 4, 8, 16), ordered=True, doc="omp simd simdlen (0: none)"),
+                 Gene("unroll", (0, 2, 4, 8), ordered=True, doc="GCC unroll of inner loops")]
+        if facts["parallel"]:
+            genes.append(Gene("schedule", ("static", "dynamic"), doc="omp for schedule"))
+        if facts["max_p"] >= 2:
+            perms = tuple(",".join(map(str, p))
+                          for p in itertools.permutations(range(min(facts["max_p"], 3))))
+            genes.append(Gene("order", perms, doc="order of the parallel loops"))
+        if len(op.statements) >= 2:
+            genes.append(Gene("fuse", (True, False), doc="fuse statements into row loops"))
+        if c_plan.inlinable(op):
+            genes.append(Gene("inline_tmps", (False, True), doc="inline elementwise tmps"))
+        if facts["interchange"]:
+            genes.append(Gene("reduce_order", ("auto", "inner", "outer"),
+                              doc="reduction loop inside or outside the innermost loop"))
+            genes.append(Gene("tile", (128, 16, 32, 64, 256), ordered=True,
+                              doc="accumulator tile of outer reductions"))
+            if facts["gather"]:
+                genes.append(Gene("prefetch", (8, 0, 4, 16), ordered=True,
+                                  doc="prefetch distance of gathered rows"))
+        if facts["reduce"]:
+            genes.append(Gene("reduce_vec", ("simd", "scalar"), doc="vector reductions"))
+        if facts["float_acc"]:
+            genes.append(Gene("acc", ("float", "double"), doc="float accumulator precision"))
+        if facts["division"] and not (op.tolerance and op.tolerance.exact):
+            genes.append(Gene("fast_div", (True, False), doc="reciprocal of invariant divisors"))
+        return Space(tuple(genes))
+
+    def options(self, op: ir.Op, genome: Genome, device: str = "cpu") -> Options:
+        g = self.space(op, device).complete(genome)
+        order = tuple(int(x) for x in str(g.get("order", "")).split(",") if x != "")
+        return Options(threads=g["threads"], schedule=g.get("schedule", "static"), order=order,
+                       fuse=g.get("fuse", True), inline_tmps=g.get("inline_tmps", False),
+                       reduce_order=g.get("reduce_order", "auto"), tile=g.get("tile", 128),
+                       unroll=g["unroll"] or None, simdlen=g["simdlen"] or None, vec=g["vec"],
+                       reduce_vec=g.get("reduce_vec", "simd"), acc=g.get("acc", "float"),
+                       fast_div=g.get("fast_div", True), prefetch=g.get("prefetch", 0))
+
+    # ---- code ----
+    def render(self, op: ir.Op, genome: Genome, device: str) -> str:
+        from .c_render import render
+        why = self.supports(op, device)
+        if why:
+            raise Unsupported(why)
+        g = self.space(op, device).complete(genome)
+        header = f"kdsl c kernel: op {op.name} ({op.hash}), genome " + \
+                 ", ".join(f"{k}={v}" for k, v in sorted(g.items()))
+        try:
+            return render(op, self.options(op, genome, device), header)
+        except (KeyError, ValueError, NotImplementedError) as e:
+            raise Unsupported(f"{type(e).__name__}: {e}") from e
+
+    def build(self, op: ir.Op, source: str, device: str) -> Built:
+        path, meta = c_build.compile_source(source)
+        return c_build.load(op, path, meta)
+
+
+def _statement_problem(st: ir.Statement) -> str | None:
+    scans = set()
+    for n in ir.walk(st.value):
+        if isinstance(n, ir.Call) and n.fn not in SUPPORTED_CALLS:
+            return f"builtin '{n.fn}' is not known to the c backend"
+        if isinstance(n, ir.Reduce) and n.op not in c_plan.SIMPLE_REDUCTIONS:
+            return f"reduction '{n.op}' is not known to the c backend"
+        if isinstance(n, ir.Scan):
+            scans.add(n.index)
+        if isinstance(n, (ir.Reduce, ir.Collective)):
+            if any(isinstance(m, ir.Scan) for m in ir.walk(n.body)):
+                return "a scan inside a reduction or collective body"
+        if isinstance(n, ir.Collective):
+            try:
+                dims_text(n.index.hi if n.op in ("sort", "argsort") else n.k)
+            except ValueError:
+                return f"'{n.op}' needs a size known from the dims"
+            if n.op in ("sort", "argsort") and n.index.lo != ir.Num(0):
+                return f"'{n.op}' over a range that does not start at 0"
+    if len(scans) > 1:
+        return "scans over two different indices in one statement"
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _facts(op: ir.Op) -> dict:
+    nodes = [n for st in op.statements for n in ir.walk(st.value)]
+    plans = [c_plan.plan(op, fuse, inline) for fuse in (True, False) for inline in (False, True)]
+    floats = any(n.op not in ("argmax", "argmin") for n in nodes if isinstance(n, ir.Reduce)) or \
+        any(isinstance(n, ir.Scan) for n in nodes)
+    return {
+        "parallel": any(g.p for p in plans for g in p.groups),
+        "max_p": max(g.p for p in plans for g in p.groups),
+        "interchange": any(c_plan.interchangeable(sp) for p in plans for g in p.groups
+                           for sp in g.stmts),
+        "gather": any(isinstance(n, ir.Access) and any(isinstance(s, ir.Access)
+                                                       for s in n.subscripts) for n in nodes),
+        "reduce": any(isinstance(n, ir.Reduce) for n in nodes),
+        "float_acc": floats,
+        "division": any(isinstance(n, ir.Binary) and n.op == "/" for n in nodes),
+    }
+
+
+BACKEND = CBackend()

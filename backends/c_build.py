@@ -1,0 +1,152 @@
+"""Compiling C kernels into shared objects, caching them, calling them on tensors.
+
+The cache key hashes the compiler's identity, the flags and the source, so a
+cached object is reused only for the exact same build. Objects are written under
+a temporary name and renamed into place, so concurrent builds of one source in
+several workers never see a half-written file.
+
+Torch is imported before any kernel is loaded: its bundled ``libgomp.so.1`` then
+satisfies the kernel's OpenMP dependency by soname, so the kernel and torch share
+one OpenMP runtime (and one thread pool) instead of spinning against each other.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from kdsl import dtypes, ir
+
+from .base import BuildError, Built
+
+COMPILER = "cc"
+CFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
+          "-fno-math-errno", "-fno-trapping-math")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("KDSL_CACHE_DIR")
+    base = Path(root) if root else Path.home() / ".cache" / "kdsl"
+    return base / "c"
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_identity() -> str:
+    try:
+        out = subprocess.run([COMPILER, "--version"], capture_output=True, text=True, timeout=30)
+        return out.stdout.splitlines()[0] if out.stdout else COMPILER
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{COMPILER}: unavailable ({e})"
+
+
+def build_key(source: str, flags: tuple[str, ...] = CFLAGS) -> str:
+    blob = "\0".join([compiler_identity(), *flags, source])
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def compile_source(source: str, flags: tuple[str, ...] = CFLAGS) -> tuple[Path, dict]:
+    """The shared object for ``source`` (cached), and what the build did."""
+    key = build_key(source, flags)
+    out_dir = cache_dir()
+    so = out_dir / f"{key}.so"
+    meta = {"cflags": [COMPILER, *flags], "compiler": compiler_identity(), "key": key,
+            "path": str(so)}
+    if so.exists():
+        return so, {**meta, "cached": True, "compile_s": 0.0}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
+        src = Path(tmp) / f"{key}.c"
+        src.write_text(source)
+        obj = Path(tmp) / f"{key}.so"
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run([COMPILER, *flags, str(src), "-o", str(obj), "-lm"],
+                                  capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise BuildError(f"could not run {COMPILER}: {e}", str(e)) from None
+        elapsed = time.perf_counter() - start
+        if proc.returncode != 0:
+            log = proc.stderr + proc.stdout
+            first = next((ln for ln in log.splitlines() if "error" in ln), log[:200])
+            raise BuildError(f"{COMPILER} failed: {first.strip()}", log)
+        (out_dir / f"{key}.c").write_text(source)
+        os.replace(obj, so)
+    return so, {**meta, "cached": False, "compile_s": round(elapsed, 3), "log": proc.stderr}
+
+
+def type_variable_tensor(op: ir.Op) -> str | None:
+    """An input whose dtype is the op's type variable (it picks the kernel variant)."""
+    if len(op.dtype_choices) <= 1:
+        return None
+    for t in op.inputs:
+        if t.like is None and len(t.dtypes) > 1:
+            return t.name
+    for t in op.inputs:
+        if t.like is not None:
+            return t.name
+    return None
+
+
+_TORCH_NAMES = {v: k for k, v in dtypes.TORCH.items()}
+_EMPTY: dict[int, object] = {}
+
+
+def _empty_buffer(nbytes: int):
+    """A zeroed buffer standing in for an empty tensor (clamped reads may touch it)."""
+    import torch
+    if nbytes not in _EMPTY:
+        _EMPTY[nbytes] = torch.zeros(max(nbytes, 64), dtype=torch.uint8)
+    return _EMPTY[nbytes]
+
+
+def load(op: ir.Op, path: Path, meta: dict) -> Built:
+    import torch  # noqa: F401  (shares its OpenMP runtime; see the module docstring)
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise BuildError(f"cannot load {path}: {e}", str(e)) from None
+    fns = {}
+    for dt in op.dtype_choices:
+        fn = getattr(lib, f"kdsl_{dt}")
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], None
+        fns[dt] = fn
+    chooser = type_variable_tensor(op)
+    tensors = [(t.name, "in") for t in op.inputs] + [(t.name, "out") for t in op.outputs]
+    dims = op.dims
+
+    def kernel(inputs: dict, outputs: dict, sizes: dict) -> None:
+        if chooser is None:
+            dt = op.dtype_choices[0]
+        else:
+            dt = _TORCH_NAMES.get(str(inputs[chooser].dtype).replace("torch.", ""), "?")
+        fn = fns.get(dt)
+        if fn is None:
+            raise TypeError(f"{op.name}: no kernel for dtype {dt}")
+        keep = []
+        ptrs = (ctypes.c_void_p * len(tensors))()
+        for n, (name, role) in enumerate(tensors):
+            t = (inputs if role == "in" else outputs)[name]
+            want = dtypes.TORCH[op.dtype_of(name, dt)]
+            if t.device.type != "cpu" or str(t.dtype) != f"torch.{want}":
+                raise TypeError(f"{op.name}: '{name}' must be a CPU {want} tensor, "
+                                f"got {t.dtype} on {t.device}")
+            if not t.is_contiguous():
+                if role == "out":
+                    raise ValueError(f"{op.name}: output '{name}' must be contiguous")
+                t = t.contiguous()
+            if t.numel() == 0:
+                rows = 1
+                for s in t.shape:
+                    rows *= max(int(s), 1)
+                t = _empty_buffer(rows * t.element_size())
+            keep.append(t)
+            ptrs[n] = t.data_ptr()
+        values = (ctypes.c_int64 * max(len(dims), 1))(*[int(sizes[d]) for d in dims])
+        fn(ptrs, values)
+
+    return Built(kernel, meta.get("log", ""), meta)

@@ -1,0 +1,226 @@
+"""The C text every generated kernel starts with: math, conversions, integer semantics.
+
+The math functions are branch-free polynomial versions (after Cephes) so that GCC
+vectorizes loops that call them; libm's expf/logf are scalar calls that stop
+vectorization. Integer division and remainder follow numpy (floor semantics, 0
+on division by zero), as ``kdsl.reference`` defines them. Half types are read and
+written through their uint16 bit patterns (GCC does not vectorize ``_Float16``
+conversions), rounding to nearest even like torch.
+"""
+from __future__ import annotations
+
+PRELUDE = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <omp.h>
+
+#define KD_INLINE static inline __attribute__((always_inline))
+
+KD_INLINE float kd_bits2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+KD_INLINE uint32_t kd_f2bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+KD_INLINE int64_t kd_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+KD_INLINE int64_t kd_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+/* v clamped into 0..n-1 (0 when n is 0), branch-free */
+KD_INLINE int64_t kd_clamp(int64_t v, int64_t n) { return kd_max64(kd_min64(v, n - 1), 0); }
+
+/* ---- half types ---- */
+KD_INLINE float kd_ld_bf16(uint16_t h) { return kd_bits2f((uint32_t)h << 16); }
+KD_INLINE uint16_t kd_st_bf16(float f) {
+  uint32_t u = kd_f2bits(f);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40u) : r);
+}
+KD_INLINE float kd_ld_f16(uint16_t h) {
+  uint32_t o = ((uint32_t)h & 0x7fffu) << 13;
+  uint32_t e = o & (0x7c00u << 13);
+  uint32_t n = o + ((127u - 15u) << 23);
+  uint32_t inf = n + ((128u - 16u) << 23);
+  float sub = kd_bits2f(n + (1u << 23)) - kd_bits2f(113u << 23);
+  uint32_t r = e == (0x7c00u << 13) ? inf : (e == 0 ? kd_f2bits(sub) : n);
+  return kd_bits2f(r | (((uint32_t)h & 0x8000u) << 16));
+}
+KD_INLINE uint16_t kd_st_f16(float f) {
+  uint32_t u = kd_f2bits(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  uint32_t special = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  uint32_t sub = kd_f2bits(kd_bits2f(a) + kd_bits2f(126u << 23)) - (126u << 23);
+  uint32_t norm = (a + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  uint32_t r = a >= (143u << 23) ? special : (a < (113u << 23) ? sub : norm);
+  return (uint16_t)(r | sign);
+}
+
+/* ---- math (float, vectorizable) ---- */
+KD_INLINE float kd_exp(float x) {
+  float xc = x < -87.3365f ? -87.3365f : (x > 88.7228f ? 88.7228f : x);
+  float n = floorf(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t ni = (int32_t)n;
+  int32_t big = ni > 127;
+  float s = kd_bits2f((uint32_t)(ni - big + 127) << 23);
+  float v = p * s * (big ? 2.0f : 1.0f);
+  v = x < -87.3365f ? 0.0f : v;
+  return x > 88.7228f ? INFINITY : v;
+}
+KD_INLINE float kd_log(float x) {
+  int sub = x < 1.17549435e-38f;
+  uint32_t u = kd_f2bits(sub ? x * 8388608.0f : x);
+  float e = (float)((int32_t)((u >> 23) & 0xffu) - 126) - (sub ? 23.0f : 0.0f);
+  float m = kd_bits2f((u & 0x807fffffu) | 0x3f000000u);
+  int small = m < 0.707106781186547524f;
+  e = small ? e - 1.0f : e;
+  m = small ? m + m - 1.0f : m - 1.0f;
+  float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y = y + e * -2.12194440e-4f;
+  y = y - 0.5f * z;
+  float r = m + y + e * 0.693359375f;
+  r = x == 0.0f ? -INFINITY : r;
+  r = x < 0.0f ? NAN : r;
+  return (x == INFINITY || x != x) ? x : r;
+}
+KD_INLINE float kd_tanh(float x) {
+  float a = fabsf(x);
+  float z = kd_exp(2.0f * (a > 20.0f ? 20.0f : a));
+  float big = 1.0f - 2.0f / (z + 1.0f);
+  big = x < 0.0f ? -big : big;
+  float s = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * s + 2.06390887954e-2f;
+  p = p * s - 5.37397155531e-2f;
+  p = p * s + 1.33314422036e-1f;
+  p = p * s - 3.33332819422e-1f;
+  float small = p * s * x + x;
+  return a > 0.625f ? big : small;
+}
+KD_INLINE float kd_sigmoid(float x) { return 1.0f / (1.0f + kd_exp(-x)); }
+KD_INLINE float kd_silu(float x) { return x / (1.0f + kd_exp(-x)); }
+KD_INLINE float kd_rsqrt(float x) { return 1.0f / sqrtf(x); }
+KD_INLINE float kd_sq(float x) { return x * x; }
+KD_INLINE float kd_cube(float x) { return x * x * x; }
+KD_INLINE float kd_fmin(float a, float b) { return (a < b || a != a) ? a : b; }
+KD_INLINE float kd_fmax(float a, float b) { return (a > b || a != a) ? a : b; }
+KD_INLINE float kd_relu(float x) { return x < 0.0f ? 0.0f : x; }
+KD_INLINE float kd_floordiv_f(float a, float b) { return floorf(a / b); }
+KD_INLINE float kd_mod_f(float a, float b) {
+  float r = fmodf(a, b);
+  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
+
+/* ---- integers: numpy semantics, wrapping arithmetic ---- */
+KD_INLINE int64_t kd_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+KD_INLINE int64_t kd_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+KD_INLINE int64_t kd_mul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+KD_INLINE int64_t kd_neg(int64_t a) { return (int64_t)(0u - (uint64_t)a); }
+KD_INLINE int64_t kd_iabs(int64_t a) { return a < 0 ? kd_neg(a) : a; }
+KD_INLINE int64_t kd_floordiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return kd_neg(a);
+  int64_t q = a / b, r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+}
+KD_INLINE int64_t kd_mod(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+KD_INLINE int64_t kd_hash64(int64_t x) {
+  uint64_t z = (uint64_t)x + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (int64_t)(z ^ (z >> 31));
+}
+KD_INLINE int64_t kd_triu_start(int64_t r, int64_t f) { return r * f - r * (r + 1) / 2; }
+/* row / column of the p-th entry of the strict upper triangle of an f x f matrix */
+KD_INLINE int64_t kd_triu_row(int64_t p, int64_t f) {
+  int64_t n = f * (f - 1) / 2;
+  if (n <= 0) return 0;
+  p = kd_clamp(p, n);
+  double b = 2.0 * (double)f - 1.0;
+  int64_t r = (int64_t)((b - sqrt(b * b - 8.0 * (double)p)) / 2.0);
+  r = r < 0 ? 0 : (r > f - 2 ? f - 2 : r);
+  while (r > 0 && kd_triu_start(r, f) > p) r--;
+  while (r < f - 2 && kd_triu_start(r + 1, f) <= p) r++;
+  return r;
+}
+KD_INLINE int64_t kd_triu_col(int64_t p, int64_t f) {
+  int64_t n = f * (f - 1) / 2;
+  if (n <= 0) return 0;
+  p = kd_clamp(p, n);
+  int64_t r = kd_triu_row(p, f);
+  return p - kd_triu_start(r, f) + r + 1;
+}
+"""
+
+# Sorting helpers, instantiated per key type: a stable ascending merge sort of
+# (key, index) pairs, and a top-k selection (descending, ties lowest index first).
+SORT_TEMPLATE = r"""
+static void kd_sort_{T}({C} *restrict k, int64_t *restrict ix, {C} *restrict tk,
+                        int64_t *restrict ti, int64_t n) {
+  for (int64_t s = 0; s < n; s += 16) {
+    int64_t e = s + 16 < n ? s + 16 : n;
+    for (int64_t a = s + 1; a < e; a++) {
+      {C} kv = k[a]; int64_t iv = ix[a]; int64_t b = a - 1;
+      while (b >= s && kv < k[b]) { k[b + 1] = k[b]; ix[b + 1] = ix[b]; b--; }
+      k[b + 1] = kv; ix[b + 1] = iv;
+    }
+  }
+  {C} *sk = k, *dk = tk; int64_t *si = ix, *di = ti;
+  for (int64_t w = 16; w < n; w *= 2) {
+    for (int64_t s = 0; s < n; s += 2 * w) {
+      int64_t m = s + w < n ? s + w : n, e = s + 2 * w < n ? s + 2 * w : n;
+      int64_t a = s, b = m, o = s;
+      while (a < m && b < e) {
+        if (sk[b] < sk[a]) { dk[o] = sk[b]; di[o++] = si[b++]; }
+        else { dk[o] = sk[a]; di[o++] = si[a++]; }
+      }
+      while (a < m) { dk[o] = sk[a]; di[o++] = si[a++]; }
+      while (b < e) { dk[o] = sk[b]; di[o++] = si[b++]; }
+    }
+    {C} *t1 = sk; sk = dk; dk = t1; int64_t *t2 = si; si = di; di = t2;
+  }
+  if (sk != k) { memcpy(k, sk, (size_t)n * sizeof({C})); memcpy(ix, si, (size_t)n * sizeof(int64_t)); }
+}
+KD_INLINE void kd_topk_push_{T}({C} *restrict k, int64_t *restrict ix, int64_t *cnt, int64_t cap,
+                                {C} v, int64_t i) {
+  int64_t c = *cnt;
+  if (cap <= 0) return;
+  if (c == cap && !(v > k[c - 1])) return;
+  int64_t b = c < cap ? c : cap - 1;
+  while (b > 0 && v > k[b - 1]) { k[b] = k[b - 1]; ix[b] = ix[b - 1]; b--; }
+  k[b] = v; ix[b] = i;
+  if (c < cap) *cnt = c + 1;
+}
+"""
+
+
+def sort_helpers(key_ctype: str, tag: str) -> str:
+    return SORT_TEMPLATE.replace("{T}", tag).replace("{C}", key_ctype)
+
+
+def segment_helper(name: str, ctype: str, load: str) -> str:
+    """segment_of over one offsets tensor: the last b with off[b] <= v (binary search)."""
+    return (f"KD_INLINE int64_t kd_seg_{name}(const {ctype} *restrict off, int64_t n, int64_t v) {{\n"
+            f"  int64_t lo = 0, hi = n;\n"
+            f"  while (lo < hi) {{ int64_t mid = (lo + hi) >> 1;"
+            f" if ((int64_t){load.format('off[mid]')} <= v) lo = mid + 1; else hi = mid; }}\n"
+            f"  return lo - 1;\n}}\n")
