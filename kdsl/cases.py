@@ -15,7 +15,7 @@ import numpy as np
 from . import dtypes, ir
 from .sizes import evaluate, sample
 
-STYLES = ("low", "high", "edge", "edge", "random", "random", "edge", "random")
+STYLES = ("low", "high", "one", "edge", "random", "random", "edge", "random")
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def shapes(op: ir.Op, seed: int, per_dtype: int = 8, dtype_list=None) -> list[Sh
             sizes = sample(op, rng, style)
             if sizes is None:
                 continue
-            label = style
+            label = "edge" if style == "one" else style
             if sorts(op) and k % 3 == 1:
                 label = "duplicates"
             elif jagged(op) and k % 3 == 2:

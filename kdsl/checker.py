@@ -21,6 +21,7 @@ from .parser import COLLECTIVES, REDUCTIONS, SCANS
 from .sizes import NotASize, corners, evaluate, ranges, valid
 
 BASELINE_NAMES = {"torch", "F", "kt", "math"}
+MAX_TEST_ELEMENTS = 1 << 27  # inputs and outputs of one test case: 1 GiB in float64
 ZERO = ir.Num(0)
 
 
@@ -93,6 +94,8 @@ class Checker:
         for r in op.test.ranges:
             if r.dim not in dims:
                 self.error(r.loc, f"test range for unknown dim '{r.dim}'")
+            elif r.dim in tested:
+                self.error(r.loc, f"a second test range for dim '{r.dim}'")
             tested.add(r.dim)
             try:
                 lo, hi = evaluate(r.lo, {}), evaluate(r.hi, {})
@@ -109,6 +112,8 @@ class Checker:
             for d in given:
                 if d not in dims:
                     self.error(point.loc, f"bench names unknown dim '{d}'")
+                elif len(given) < len(point.sizes) and [k for k, _ in point.sizes].count(d) > 1:
+                    self.error(point.loc, f"bench gives dim '{d}' twice")
             missing = [d for d in op.dims if d not in given]
             if missing:
                 self.error(point.loc, f"bench size missing for dim {', '.join(missing)}")
@@ -134,6 +139,14 @@ class Checker:
                        "no sizes in the test ranges satisfy the conditions")
         for loc, message in empty_domain_errors(op, self.samples):
             self.error(loc, message)
+        for sizes in self.samples:  # the reference checks every case in float64 memory
+            n = sum(_elements(t, sizes) for t in op.tensors)
+            if n > MAX_TEST_ELEMENTS:
+                where = ", ".join(f"{k}={v}" for k, v in sizes.items())
+                self.error(op.test.ranges[0].loc, f"test sizes too large: {where} gives "
+                                                  f"{n:,} elements; keep cases under "
+                                                  f"{MAX_TEST_ELEMENTS:,} (bench sizes may be big)")
+                break
         self.samples += [p.size_dict() for p in op.bench
                          if p.size_dict() not in self.samples and valid(op, p.size_dict())]
 
@@ -476,6 +489,13 @@ class Checker:
                 self.error(ir.Loc(b.loc.line, b.loc.column + node.col_offset),
                            f"baseline uses unknown name '{node.id}' (it sees the inputs, the "
                            f"dims, torch, F = torch.nn.functional, math and kt = kdsl.torch_ops)")
+
+
+def _elements(t: ir.Tensor, sizes: dict[str, int]) -> int:
+    n = 1
+    for e in t.shape:
+        n *= max(evaluate(e, sizes), 0)
+    return n
 
 
 def evaluate_or_none(e: ir.Expr, sizes) -> float | None:

@@ -24,13 +24,17 @@ class Mismatch:
 
 
 def _arg_key(op: ir.Op, st: ir.Statement):
-    """(key tensor, axis, lhs-to-key axis map, distinct?) when an arg output can be judged
-    tie-tolerantly: the body is a plain read of an input by left-side indices and the bound one."""
+    """(key tensor, its subscripts, the bound index, the distinct axis) when an arg output can
+    be judged tie-tolerantly: the body is a plain read of an input by left-side indices and the
+    bound one. The distinct axis is the output axis whose indices must differ (sort, topk)."""
     e = st.value
     if isinstance(e, ir.Reduce) and e.op in ("argmax", "argmin") and len(e.indices) == 1:
-        index, body, distinct = e.indices[0].name, e.body, False
+        index, body, distinct = e.indices[0].name, e.body, None
     elif isinstance(e, ir.Collective) and e.op in ("argsort", "argtopk"):
-        index, body, distinct = e.index.name, e.body, True
+        index, body = e.index.name, e.body
+        used = {n.name for n in ir.walk(body) if isinstance(n, ir.Name)}
+        filled = index if e.op == "argsort" else next(n for n in st.indices if n not in used)
+        distinct = st.indices.index(filled)
     else:
         return None
     if not isinstance(body, ir.Access) or body.pad is not None:
@@ -60,7 +64,6 @@ def _gather_keys(keys: np.ndarray, subs, index: str, lhs, idx: np.ndarray) -> np
 
 def compare(op: ir.Op, dtype: str, got: dict[str, np.ndarray], ref: dict[str, np.ndarray],
             inputs: dict[str, np.ndarray]) -> Mismatch | None:
-    rtol, atol = op.tolerance.for_dtype(dtype) if not op.tolerance.exact else (0.0, 0.0)
     for t in op.outputs:
         r = np.asarray(ref[t.name])
         g = np.asarray(got.get(t.name)) if t.name in got else None
@@ -75,11 +78,22 @@ def compare(op: ir.Op, dtype: str, got: dict[str, np.ndarray], ref: dict[str, np
         elif r.dtype.kind in "iub":
             bad = _compare_exact(g, r)
         else:
-            tol = (0.0, 0.0) if op.tolerance.exact else (rtol, atol)
-            bad = _compare_close(g.astype(np.float64), r, *tol)
+            bad = _compare_close(g.astype(np.float64), r, *_tolerance(op, dtype, t.name))
         if bad is not None:
             return Mismatch(t.name, bad)
     return None
+
+
+def _tolerance(op: ir.Op, dtype: str, output: str) -> tuple[float, float]:
+    """(rtol, atol) for a float output: the op's dtype's entry, else the output's own dtype's
+    (an integer dtype variable has no entry; the checker made every float dtype have one)."""
+    if op.tolerance.exact:
+        return (0.0, 0.0)
+    covered = {name for name, _, _ in op.tolerance.table}
+    for d in (dtype, op.dtype_of(output, dtype)):
+        if d in covered:
+            return op.tolerance.for_dtype(d)
+    return (0.0, 0.0)
 
 
 def _worst(diff: np.ndarray) -> str:
@@ -125,7 +139,9 @@ def _compare_close(g, r, rtol, atol) -> str | None:
 
 def _compare_indices(op, st, arg, g, r, inputs) -> str | None:
     tensor, subs, index, distinct = arg
-    keys = np.asarray(inputs[tensor]).astype(np.float64)
+    keys = np.asarray(inputs[tensor])
+    # int64 keys stay integers: as float64, neighbours above 2**53 would compare equal
+    keys = keys.astype(np.float64 if keys.dtype.kind == "f" else np.int64)
     g = g.astype(np.int64) if g.dtype.kind == "f" else g
     extent = keys.shape[subs.index(index)]
     if (g < 0).any() or (g >= extent).any():
@@ -137,11 +153,11 @@ def _compare_indices(op, st, arg, g, r, inputs) -> str | None:
     wrong = ~((want == have) | (np.isnan(want) & np.isnan(have)))
     if wrong.any():
         pos = tuple(int(p) for p in np.argwhere(wrong)[0])
-        return (f"index {g[pos]} at [{', '.join(map(str, pos))}] points at {have[pos]:.6g}, "
-                f"expected a key equal to {want[pos]:.6g} (index {r[pos]})")
-    if distinct and g.ndim >= 1 and g.shape[-1] > 1:
-        s = np.sort(g, axis=-1)
-        dup = (s[..., 1:] == s[..., :-1]).any(axis=-1)
+        fmt = ".6g" if keys.dtype.kind == "f" else "d"
+        return (f"index {g[pos]} at [{', '.join(map(str, pos))}] points at {have[pos]:{fmt}}, "
+                f"expected a key equal to {want[pos]:{fmt}} (index {r[pos]})")
+    if distinct is not None and g.shape[distinct] > 1:
+        dup = (np.diff(np.sort(g, axis=distinct), axis=distinct) == 0).any(axis=distinct)
         if dup.any():
             row = tuple(int(p) for p in np.argwhere(dup)[0])
             return f"row {list(row)} repeats an index"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes, ir
+from . import ir
 from .builtins import CASTS, CONSTANTS, ELEMENTWISE, segment_of, triu_pairs
 from .sizes import evaluate
 
@@ -46,15 +46,16 @@ class Reference:
     def statement(self, st: ir.Statement) -> np.ndarray:
         target = self.op.tensor(st.target)
         shape = tuple(evaluate(e, self.sizes) for e in target.shape)
-        if not shape:
-            return _canonical(np.asarray(self._eval_block(st, shape, 0, 1)))
+        if not shape:  # a scalar: the block has one row, the tensor none
+            return _canonical(self._eval_block(st, shape, 0, 1)).reshape(())
         rows = shape[0]
+        if rows == 0:  # no rows: evaluate one to learn the dtype (float, int or bool)
+            probe = _canonical(self._eval_block(st, (1,) + shape[1:], 0, 1))
+            return np.zeros(shape, dtype=probe.dtype)
         per_row = max(int(np.prod(shape[1:], dtype=np.int64)) * self._inner_work(st.value), 1)
         chunk = rows if _touches_first_axis(st) else max(1, CHUNK_ELEMENTS // per_row)
         blocks = [_canonical(self._eval_block(st, shape, start, min(rows, start + chunk)))
                   for start in range(0, rows, chunk)]
-        if not blocks:  # zero rows
-            return np.zeros(shape, dtype=_empty_dtype(st, self))
         return np.concatenate(blocks, axis=0) if len(blocks) > 1 else np.ascontiguousarray(blocks[0])
 
     def _eval_block(self, st, shape, start, stop) -> np.ndarray:
@@ -114,12 +115,14 @@ class Reference:
         if e.pad is None:
             subs = [np.clip(s, 0, max(n - 1, 0)) for s, n in zip(subs, data.shape)]
             # Clipping only matters on masked-out lanes; the checker proved the rest in range.
-            return data[tuple(subs)] if data.size else np.zeros(np.broadcast(*subs).shape)
+            return data[tuple(subs)] if data.size else np.zeros(np.broadcast(*subs).shape,
+                                                                data.dtype)
         inside = np.ones((), dtype=bool)
         for s, n in zip(subs, data.shape):
             inside = inside & (s >= 0) & (s < n)
         clipped = [np.clip(s, 0, max(n - 1, 0)) for s, n in zip(subs, data.shape)]
-        values = data[tuple(clipped)] if data.size else np.zeros(np.broadcast(*subs).shape)
+        values = data[tuple(clipped)] if data.size else np.zeros(np.broadcast(*subs).shape,
+                                                                  data.dtype)
         return np.where(inside, values, self.eval(e.pad, sc))
 
     def call(self, e: ir.Call, sc: _Scope):
@@ -260,14 +263,6 @@ def _canonical(a) -> np.ndarray:
     if a.dtype.kind == "b":
         return a.astype(np.bool_)
     return a.astype(np.int64)
-
-
-def _empty_dtype(st: ir.Statement, ref: "Reference"):
-    """The dtype of a statement with no rows: evaluate it on a one-row grid instead."""
-    target = ref.op.tensor(st.target)
-    if target.role == "tmp":
-        return {"float": np.float64, "int": np.int64, "bool": np.bool_}[dtypes.kind(target.dtypes[0])]
-    return np.float64
 
 
 def _touches_first_axis(st: ir.Statement) -> bool:

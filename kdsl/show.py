@@ -5,9 +5,46 @@ from . import ir
 
 _PREC = {"or": 1, "and": 2, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
          "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6, "**": 8}
+_UNARY = {"not": 3, "neg": 7}  # 'not' binds looser than comparisons, '-' tighter than '*'
+_BODY = (ir.Reduce, ir.Scan, ir.Collective)
 
 
 def format_expr(e: ir.Expr, parent: int = 0) -> str:
+    """``e`` as .kspec text that parses back to ``e``, with no more parentheses than needed."""
+    s = _bare(e)
+    return f"({s})" if _wraps(e, parent) else s
+
+
+def _wraps(e: ir.Expr, parent: int) -> bool:
+    if isinstance(e, ir.Num):
+        return repr(e.value).startswith("-") and parent > _UNARY["neg"]
+    if isinstance(e, ir.Unary):
+        return parent > _UNARY[e.op]
+    if isinstance(e, ir.Binary):
+        return _PREC[e.op] < parent
+    return False
+
+
+def _sides(op: str) -> tuple[int, int]:
+    """The parent precedence of each operand: ** groups to the right, comparisons don't chain."""
+    p = _PREC[op]
+    if op == "**":
+        return p + 1, p
+    return (p + 1 if p == 4 else p), p + 1
+
+
+def _open_right(e: ir.Expr) -> bool:
+    """Does ``e``'s text end in a reduction body, which a following '*' would extend?"""
+    if isinstance(e, _BODY):
+        return True
+    if isinstance(e, ir.Binary):
+        return not _wraps(e.right, _sides(e.op)[1]) and _open_right(e.right)
+    if isinstance(e, ir.Unary):
+        return not _wraps(e.operand, _UNARY[e.op]) and _open_right(e.operand)
+    return False
+
+
+def _bare(e: ir.Expr) -> str:
     if isinstance(e, ir.Num):
         return repr(e.value)
     if isinstance(e, ir.Name):
@@ -16,12 +53,13 @@ def format_expr(e: ir.Expr, parent: int = 0) -> str:
         s = f"{e.tensor}[{', '.join(format_expr(x) for x in e.subscripts)}]"
         return s + (f" pad({format_expr(e.pad)})" if e.pad is not None else "")
     if isinstance(e, ir.Unary):
-        s = ("-" if e.op == "neg" else "not ") + format_expr(e.operand, 7)
-        return f"({s})" if parent > 7 else s
+        return ("-" if e.op == "neg" else "not ") + format_expr(e.operand, _UNARY[e.op])
     if isinstance(e, ir.Binary):
-        p = _PREC[e.op]
-        s = f"{format_expr(e.left, p)} {e.op} {format_expr(e.right, p + 1)}"
-        return f"({s})" if p < parent else s
+        lp, rp = _sides(e.op)
+        left = format_expr(e.left, lp)
+        if _PREC[e.op] >= _PREC["*"] and not _wraps(e.left, lp) and _open_right(e.left):
+            left = f"({left})"
+        return f"{left} {e.op} {format_expr(e.right, rp)}"
     if isinstance(e, ir.Call):
         return f"{e.fn}({', '.join(format_expr(a) for a in e.args)})"
     if isinstance(e, ir.Reduce):

@@ -6,6 +6,7 @@ A dim expression is an ``ir.Expr`` over dim names and integers using
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 
 from . import ir
 
@@ -59,12 +60,10 @@ def valid(op: ir.Op, sizes: dict[str, int]) -> bool:
     return True
 
 
-def _primes_in(lo: int, hi: int) -> list[int]:
-    out = []
-    for n in range(max(lo, 2), min(hi, lo + 2000) + 1):
-        if all(n % p for p in range(2, int(n ** 0.5) + 1)):
-            out.append(n)
-    return out
+@lru_cache(maxsize=256)  # sampling asks for the same ranges' edges on every draw
+def _primes_in(lo: int, hi: int) -> tuple[int, ...]:
+    return tuple(n for n in range(max(lo, 2), min(hi, lo + 2000) + 1)
+                 if all(n % p for p in range(2, int(n ** 0.5) + 1)))
 
 
 def edge_values(lo: int, hi: int) -> list[int]:
@@ -88,7 +87,7 @@ def ranges(op: ir.Op) -> dict[str, tuple[int, int]]:
 
 
 def sample(op: ir.Op, rng: random.Random, style: str, tries: int = 200) -> dict[str, int] | None:
-    """One size assignment in the test ranges. ``style``: 'low', 'high', 'edge', 'random'.
+    """One size assignment in the test ranges. ``style``: 'low', 'high', 'edge', 'one', 'random'.
 
     'random' draws log-uniformly, so small and large sizes both appear. Assignments
     that violate the conditions are redrawn (mixing in random draws); None if none fits.
@@ -104,6 +103,8 @@ def sample(op: ir.Op, rng: random.Random, style: str, tries: int = 200) -> dict[
                 v = hi if attempt == 0 else rng.randint(max(lo, hi - attempt), hi)
             elif s == "edge":
                 v = rng.choice(edge_values(lo, hi))
+            elif s == "one":  # size 1 where a range starts at 0 ('low' has 0 there)
+                v = 1 if lo < 1 <= hi else rng.choice(edge_values(lo, hi))
             else:
                 v = int(round(2 ** rng.uniform(0, (max(hi, 1)).bit_length()))) if hi > lo else lo
                 v = min(max(v, lo), hi)
