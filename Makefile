@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,ray]'
 	touch $(STAMP)
 
+# The main job on the embedded defaults: check the library, then a short search
+# (c backend, mcts, CPU, no API key needed); it prints where the run and best kernel are.
 demo: install
 	$(BIN)/kdsl check specs/*.kspec
+	$(BIN)/kdsl search specs/rmsnorm.kspec --budget 12 --workers 2
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -211,13 +211,30 @@ class Checker:
         return dataclasses.replace(st, value=value)
 
     def _infer_extent(self, name: str, expr: ir.Expr):
+        """The range of an index from its first plain use as a subscript. An index that
+        only reads offsets (``offsets[b]``, ``offsets[b + 1]``) counts segments: one
+        fewer than the offsets' entries for each step it reads ahead."""
+        segment = None
         for node in ir.walk(expr):
-            if isinstance(node, ir.Access) and node.tensor in self.tensors:
-                t = self.tensors[node.tensor]
-                for p, sub in enumerate(node.subscripts):
-                    if isinstance(sub, ir.Name) and sub.name == name and p < len(t.shape):
+            if not (isinstance(node, ir.Access) and node.tensor in self.tensors):
+                continue
+            t = self.tensors[node.tensor]
+            for p, sub in enumerate(node.subscripts):
+                if p >= len(t.shape):
+                    continue
+                ahead = _steps_ahead(sub, name)
+                if ahead is None:
+                    continue
+                if not isinstance(t.domain, ir.Offsets):
+                    if ahead == 0:
                         return t.shape[p], f"dim {p} of {t.name}"
-        return None
+                    continue
+                if segment is None or ahead > segment[2]:
+                    segment = (t.shape[p], t.name, ahead)
+        if segment is None:
+            return None
+        dim, tensor, ahead = segment
+        return _minus(dim, ahead), f"the segments of {tensor}"
 
     def _same_extent(self, a: ir.Expr, b: ir.Expr) -> bool:
         return all(evaluate(a, s) == evaluate(b, s) for s in self.samples)
@@ -546,3 +563,24 @@ def check_op(op: ir.Op, path: str) -> tuple[ir.Op | None, list[Diagnostic]]:
 
 
 __all__ = ["check_op", "ranges"]
+
+
+def _steps_ahead(sub: ir.Expr, name: str) -> int | None:
+    """0 for ``name``, c for ``name + c`` (c >= 0), None for anything else."""
+    if isinstance(sub, ir.Name) and sub.name == name:
+        return 0
+    if (isinstance(sub, ir.Binary) and sub.op == "+" and isinstance(sub.left, ir.Name)
+            and sub.left.name == name and isinstance(sub.right, ir.Num)
+            and isinstance(sub.right.value, int) and sub.right.value >= 0):
+        return sub.right.value
+    return None
+
+
+def _minus(dim: ir.Expr, k: int) -> ir.Expr:
+    """``dim - k``, simplified when dim is ``X + k``."""
+    if k == 0:
+        return dim
+    if (isinstance(dim, ir.Binary) and dim.op == "+" and isinstance(dim.right, ir.Num)
+            and dim.right.value == k):
+        return dim.left
+    return ir.Binary("-", dim, ir.Num(k))

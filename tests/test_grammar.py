@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kdsl import ir, spec
+from kdsl import ir, show, spec
 from kdsl.assemble import assemble
 from kdsl.errors import SpecError
 from kdsl.parser import parse_tree
@@ -401,3 +401,24 @@ def test_random_trees_round_trip_through_show():
         assert expr(text) == tree, text
 
     round_trip()
+
+
+def test_where_starts_a_reduction_body():
+    src = """op t
+  dims M, N
+  in x: f32 [M, N]
+  out y: like x [M]
+  y[i] = sum(j) where(x[i, j] > 0, x[i, j], 0)
+  baseline torch.relu(x).sum(-1)
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test M in 1..6, N in 1..(5 + 1) where M <= N
+  bench M=4, N=4
+"""
+    body = spec.parse_text(src, "t").ops[0].statements[0].value.body
+    assert isinstance(body, ir.Call) and body.fn == "where"
+
+
+def test_a_segment_index_counts_segments_not_offsets():
+    op = spec.load("specs/jagged_softmax.kspec").ops[0]
+    assert show.format_expr(op.tensor("m").shape[0]) == "B"
+    assert show.format_expr(op.tensor("s").shape[0]) == "B"
