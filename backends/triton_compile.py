@@ -1,0 +1,207 @@
+"""Static compilation of a rendered Triton module, on any machine (no GPU needed).
+
+``compile_for(source, target)`` runs the module's ``kernel()`` on meta tensors
+of its example sizes (``EXAMPLES``) with every ``@triton.jit`` kernel swapped for a recorder,
+so the launches the module would make (kernel, constexprs, warps, stages) are
+known; each is then compiled with ``triton.compile(ASTSource(...), target)``.
+Register and spill counts come from the binary, as the driver would report
+them: ``cuobjdump -res-usage`` on the cubin (spills = local bytes / 4, as
+Triton's ``n_spills``), the AMDGPU metadata in the assembly for HIP.
+
+Run it in a process without ``TRITON_INTERPRET=1`` (interpreted kernels cannot
+be compiled).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+CUDA_H100 = ("cuda", 90, 32)
+HIP_MI300 = ("hip", "gfx942", 64)
+TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
+                   "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8",
+                   "uint8": "u8", "bool": "i1"}
+
+
+def target(backend: str, arch, warp_size: int):
+    from triton.backends.compiler import GPUTarget
+    return GPUTarget(backend, arch, warp_size)
+
+
+def native_target():
+    from triton.runtime import driver
+    return driver.active.get_current_target()
+
+
+def example_for(op, dtype: str | None = None) -> dict:
+    """Sizes, dtype and tensor shapes of an op's first GPU bench point (``dtype`` overrides)."""
+    from kdsl import dtypes
+    from kdsl.sizes import shape_of
+    points = [p for p in op.bench if p.device in (None, "cuda")] or list(op.bench)
+    p = points[0]
+    sizes, dt = p.size_dict(), dtype or p.dtype or op.dtype_choices[0]
+    return {"sizes": sizes, "dtype": dt,
+            "tensors": {t.name: {"role": t.role, "shape": list(shape_of(op, t.name, sizes)),
+                                 "dtype": dtypes.TORCH[op.dtype_of(t.name, dt)]}
+                        for t in op.tensors if t.role in ("in", "out")}}
+
+
+def load_module(source: str, tag: str = "kernel"):
+    """Import ``source`` from a file named by its hash: Triton reads a kernel's source back
+    through ``inspect``, so a module built by ``exec`` of a string cannot be compiled."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "kdsl-triton"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"kdsl_triton_{re.sub(r'[^0-9A-Za-z_]', '_', tag)}_{digest}"
+    path = folder / f"{name}.py"
+    if not path.exists():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Recorder:
+    def __init__(self, fn, calls: list):
+        self.fn, self.calls = fn, calls
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.calls.append((self.fn, grid, args, kwargs))
+        return launch
+
+
+def launches(source: str, examples: list[dict] | None = None) -> list[tuple]:
+    """(jit function, grid, args, kwargs) of each launch ``kernel()`` makes on the examples
+    (the module's ``EXAMPLES`` by default); a module with an ``ONEPASS_MAX`` knob is run
+    again with it at 0, so its fallback kernels are launched too."""
+    import torch
+    from triton.runtime.jit import JITFunction
+    ns = vars(load_module(source))
+    examples = examples or ns.get("EXAMPLES")
+    if not examples or any("tensors" not in e for e in examples):
+        raise ValueError("no example sizes: pass examples=[example_for(op)]")
+    jitted = {k: v for k, v in ns.items() if isinstance(v, JITFunction)}
+    if not jitted and any(type(v).__name__ == "InterpretedFunction" for v in ns.values()):
+        raise RuntimeError("TRITON_INTERPRET=1 is set: kernels are interpreted, not compiled")
+    calls: list = []
+    knobs = [{}] + ([{"ONEPASS_MAX": 0}] if "ONEPASS_MAX" in ns else [])
+    saved = {k: ns[k] for knob in knobs for k in knob}
+    ns.update({k: _Recorder(v, calls) for k, v in jitted.items()})
+    try:
+        for example in examples:
+            for knob in knobs:
+                ns.update(saved)
+                ns.update(knob)
+                inputs, outputs = {}, {}
+                for name, t in example["tensors"].items():
+                    tensor = torch.empty(t["shape"], dtype=getattr(torch, t["dtype"]),
+                                         device="meta")
+                    (inputs if t["role"] == "in" else outputs)[name] = tensor
+                ns["kernel"](inputs, outputs, dict(example["sizes"]))
+    finally:
+        ns.update(jitted)  # kernels resolve their helpers through these globals
+        ns.update(saved)
+    return calls
+
+
+def _signature(fn, args, kwargs):
+    import torch
+    bound = dict(zip(fn.arg_names, args))
+    bound.update({k: v for k, v in kwargs.items() if k in fn.arg_names})
+    options = {k: v for k, v in kwargs.items() if k not in fn.arg_names}
+    signature, constexprs, attrs = {}, {}, {}
+    for i, (name, param) in enumerate(zip(fn.arg_names, fn.params)):
+        value = bound[name]
+        if param.is_constexpr:
+            signature[name], constexprs[name] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + TORCH_TO_TRITON[str(value.dtype).removeprefix("torch.")]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            if value == 1:  # the JIT specializes ints equal to 1 as constants
+                signature[name], constexprs[name] = "constexpr", 1
+                continue
+            signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+            if value % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        elif value is None:
+            signature[name], constexprs[name] = "constexpr", None
+        else:
+            raise TypeError(f"argument {name}: cannot type {type(value).__name__}")
+    return signature, constexprs, attrs, options
+
+
+def compile_for(source: str, tgt, examples: list[dict] | None = None) -> dict:
+    """{kernel name: {n_regs, n_spills, shared, num_warps, num_stages, constexprs}} on ``tgt``.
+
+    ``tgt`` is a GPUTarget or a tuple such as ``CUDA_H100`` / ``HIP_MI300``.
+    """
+    import triton
+    from triton.compiler import ASTSource
+    if isinstance(tgt, tuple):
+        tgt = target(*tgt)
+    out = {}
+    for fn, _grid, args, kwargs in launches(source, examples):
+        if fn.__name__ in out:
+            continue
+        signature, constexprs, attrs, options = _signature(fn, args, kwargs)
+        options = {k: v for k, v in options.items() if k in ("num_warps", "num_stages")}
+        options["enable_fp_fusion"] = True  # the JIT's default, said out loud
+        compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=tgt,
+                                  options=options)
+        regs, spills = _resources(compiled, tgt.backend)
+        out[fn.__name__] = {
+            "target": f"{tgt.backend}:{tgt.arch}", "n_regs": regs, "n_spills": spills,
+            "shared": int(compiled.metadata.shared), "num_warps": options.get("num_warps", 4),
+            "num_stages": options.get("num_stages", 3),
+            "constexprs": {k: v for k, v in constexprs.items() if isinstance(v, (int, str))}}
+    return out
+
+
+def _resources(compiled, backend: str) -> tuple[int, int]:
+    """(registers, spills); -1 where neither the binary nor a driver could tell."""
+    if backend == "cuda":
+        try:
+            return _cubin_resources(compiled.asm["cubin"], compiled.metadata.name)
+        except (OSError, subprocess.SubprocessError):
+            try:  # no cuobjdump here: ask the driver, when this machine has a GPU
+                compiled._init_handles()
+                return int(compiled.n_regs), int(compiled.n_spills)
+            except Exception:
+                return -1, -1
+    text = compiled.asm["amdgcn"]
+    regs = _meta_int(text, ".vgpr_count")
+    spills = _meta_int(text, ".vgpr_spill_count") + _meta_int(text, ".sgpr_spill_count")
+    return regs, spills
+
+
+def _meta_int(text: str, key: str) -> int:
+    m = re.search(re.escape(key) + r":\s*(\d+)", text)
+    return int(m.group(1)) if m else 0
+
+
+def _cubin_resources(cubin: bytes, name: str) -> tuple[int, int]:
+    import triton.backends.nvidia as nvidia
+    tool = os.path.join(os.path.dirname(nvidia.__file__), "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    block = text.split(f"Function {name}:", 1)[-1]
+    regs = re.search(r"REG:(\d+)", block)
+    local = re.search(r"LOCAL:(\d+)", block)
+    return (int(regs.group(1)) if regs else -1, int(local.group(1)) // 4 if local else -1)

@@ -1,0 +1,87 @@
+"""Source of the ``@triton.jit`` helpers that generated kernels call, by name.
+
+A rendered module includes only the helpers its kernels use. They follow the
+reference's integer semantics (numpy's floor division and modulo, wrapping
+uint64 arithmetic for the hash) and stay portable: the interpreter has no
+libdevice, so a helper that uses it keeps a plain fallback.
+"""
+from __future__ import annotations
+
+HELPERS = {
+    "hash64": '''
+@triton.jit
+def _kd_hash64(x):
+    # splitmix64 finalizer on the 64-bit pattern, wrapping uint64 arithmetic
+    z = x.to(tl.uint64, bitcast=True)
+    z = z + 0x9E3779B97F4A7C15
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+    z = z ^ (z >> 31)
+    return z.to(tl.int64, bitcast=True)
+''',
+    "mod": '''
+@triton.jit
+def _kd_mod(a, b):
+    # the remainder takes the divisor's sign (numpy's mod); Triton's % truncates
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+''',
+    "floordiv": '''
+@triton.jit
+def _kd_floordiv(a, b):
+    q = a // b
+    return tl.where(((a % b) != 0) & ((a < 0) != (b < 0)), q - 1, q)
+''',
+    "tanh": '''
+import os  # noqa: E402
+
+from triton.language.extra import libdevice  # noqa: E402
+
+# the interpreter has no libdevice; it runs when TRITON_INTERPRET=1 (read as triton does)
+_KD_LIBDEVICE = tl.constexpr(os.environ.get("TRITON_INTERPRET", "").lower()
+                             not in ("1", "true", "on", "yes"))
+
+
+@triton.jit
+def _kd_tanh(x):
+    # libdevice on a GPU; the interpreter has no libdevice: a portable form, with a
+    # series near 0 where 1 - exp(-2|x|) would cancel
+    if _KD_LIBDEVICE:
+        r = libdevice.tanh(x)
+    else:
+        a = tl.abs(x)
+        e = tl.exp(-2.0 * a)
+        t = (1.0 - e) / (1.0 + e)
+        x2 = x * x
+        s = x * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333
+                                                         + x2 * -0.05396825396825397)))
+        r = tl.where(a < 0.05, s, tl.where(x < 0, -t, t))
+    return r
+''',
+    "tanh_fast": '''
+@triton.jit
+def _kd_tanh_fast(x):
+    # (e - 1) / (e + 1), e = exp(2x), with a fast division; a series near 0 where e - 1 cancels
+    e = tl.exp(2.0 * tl.minimum(tl.maximum(x, -10.0), 10.0))
+    t = tl.fdiv(e - 1.0, e + 1.0)
+    x2 = x * x
+    s = x * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333
+                                                     + x2 * -0.05396825396825397)))
+    return tl.where(tl.abs(x) < 0.05, s, t)
+''',
+    "pow": '''
+@triton.jit
+def _kd_pow(a, b):
+    # numpy's power: a negative base needs an integer exponent; 0 ** 0 is 1
+    mag = tl.exp2(b * tl.log2(tl.abs(a)))
+    whole = tl.floor(b) == b
+    odd = whole & ((b - 2.0 * tl.floor(b * 0.5)) != 0)
+    r = tl.where(a < 0, tl.where(whole, tl.where(odd, -mag, mag), float('nan')), mag)
+    return tl.where(b == 0, 1.0, r)
+''',
+    "mul": '''
+@triton.jit
+def _kd_mul(a, b):
+    return a * b
+''',
+}

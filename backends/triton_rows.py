@@ -1,0 +1,390 @@
+"""Pointwise and row kernels: fused elementwise chains, reductions, segments, scans.
+
+One program owns one tile of rows (``BLOCK_R`` lanes of the row axis, one value
+of every scalar axis). Row values (reductions) are computed first, then the
+outputs. The column axis is walked in one of three ways (the ``reduce`` gene):
+
+- ``onepass``: the whole column is one register tile of ``next_pow2(extent)``
+  lanes; every reduction and output reads the same loads. Only for a static
+  column shared by all reductions; wider than ``ONEPASS_MAX`` falls back to looped.
+- ``looped``: a loop over ``BLOCK_C`` chunks per pass; a pass computes the row
+  values that depend only on earlier passes, then a last pass writes the outputs
+  (scans carry their running total from chunk to chunk).
+- ``online``: looped, with max+sum(exp(x - max)) (softmax) and mean+variance
+  (Welford) fused into one pass each.
+
+Pointwise ops (no reduction, scan or sort) tile the column across programs.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from kdsl import ir
+
+from .base import Unsupported
+from .triton_expr import INT64_MAX, INT64_MIN, Emitter, ExprGen, Val, literal
+from .triton_kernel import acc_shape, dtype_suffixes, jit_function, prologue, rows_launcher, store
+from .triton_plan import Plan, flat_extent
+
+ONEPASS_MAX = 32768
+IDENT = {("sum", "float"): "0.0", ("sum", "int"): "0", ("prod", "float"): "1.0",
+         ("prod", "int"): "1", ("max", "float"): "float('-inf')", ("max", "int"): INT64_MIN,
+         ("min", "float"): "float('inf')", ("min", "int"): INT64_MAX}
+
+
+def strategies(plan: Plan) -> tuple[str, ...]:
+    out = ("onepass",) if plan.onepass else ()
+    out += ("looped",)
+    return out + (("online",) if plan.fused else ())
+
+
+class RowKernel:
+    def __init__(self, op: ir.Op, plan: Plan, strategy: str, name: str, dtype: str,
+                 fast_math: bool = False):
+        self.op, self.plan, self.strategy, self.name, self.dtype = op, plan, strategy, name, dtype
+        self.em = Emitter()
+        self.gen = ExprGen(self.em, op, {}, {}, dtype)
+        self.gen.fast_math = fast_math
+
+    # ---- the kernel body ----
+    def render(self) -> str:
+        plan, em, gen = self.plan, self.em, self.gen
+        split = plan.kind == "pointwise" and plan.inner is not None
+        prologue(em, gen, plan, split)
+        if plan.kind == "pointwise":
+            for st in plan.stores:
+                store(em, gen, st.tensor, st.indices, gen(st.value))
+        elif self.strategy == "onepass":
+            self.onepass()
+        else:
+            self.looped()
+        return jit_function(self.name, self.op, ["BLOCK_R", "BLOCK_C"], em.lines)
+
+    def onepass(self) -> None:
+        plan, gen = self.plan, self.gen
+        ranges = plan.row_values[0].ranges if plan.row_values else (plan.column,)
+        with self.column(ranges, looped=False) as (k, mk, count):
+            if plan.inner is not None:
+                gen.env[plan.inner] = k
+            for rv in plan.row_values:
+                gen.env[rv.name] = self.reduce_once(rv, mk, count)
+            gen.scan = lambda e: self.scan_tile(e, mk)
+            for st in plan.stores:
+                store(self.em, gen, st.tensor, st.indices, gen(st.value))
+
+    def looped(self) -> None:
+        plan, em, gen = self.plan, self.em, self.gen
+        for ranges, items in self.passes():
+            accs = [self.init(item) for item in items]
+            with self.column(ranges, looped=True) as (k, mk, count):
+                for item, acc in zip(items, accs):
+                    self.update(item, acc, mk)
+            for item, acc in zip(items, accs):
+                self.finish(item, acc, count)
+        for st in plan.stores:
+            if not st.inner:
+                store(em, gen, st.tensor, st.indices, gen(st.value))
+        inner = [st for st in plan.stores if st.inner]
+        if not inner:
+            return
+        scans = []
+        for st in inner:
+            for n in ir.walk(st.value):
+                if isinstance(n, ir.Scan) and n not in [s for s, _ in scans]:
+                    if any(isinstance(m, ir.Scan) for m in ir.walk(n.body) if m is not n):
+                        raise Unsupported("a scan of a scan")
+                    kind = self.kind_of(n.body, {plan.inner: Val("j", "int", frozenset("C"))})
+                    kind = "int" if kind == "bool" else kind
+                    carry = em.name("carry")
+                    one = n.op == "cumprod"
+                    dt = gen.ct if kind == "float" else "tl.int64"
+                    em.emit(f"{carry} = tl.full({acc_shape(plan)}, {1 if one else 0}, {dt})")
+                    scans.append((n, carry))
+        with self.column((plan.column,), looped=True) as (k, mk, count):
+            gen.env[plan.inner] = k
+            updates = []
+            gen.scan = lambda e: self.scan_chunk(e, mk, dict(scans), updates)
+            for st in inner:
+                store(em, gen, st.tensor, st.indices, gen(st.value))
+            for line in updates:
+                em.emit(line)
+
+    # ---- the column ----
+    @contextmanager
+    def column(self, ranges, looped: bool):
+        """Bind the column index (and each reduction index) for one pass over ``ranges``."""
+        em, gen = self.em, self.gen
+        if len(ranges) == 1:
+            lo, hi = gen(ranges[0][0]), gen(ranges[0][1])
+        else:
+            lo, hi = literal(0), gen(flat_extent(ranges))
+        count = _Lazy(lambda: gen.binary("-", hi, lo))  # emitted only if a mean needs it
+        vector = bool(lo.axes | hi.axes)
+        axes = frozenset("C") | lo.axes | hi.axes
+        if not looped:
+            k = em.let(f"{lo.code} + tl.arange(0, BLOCK_C)[None, :]", "int", axes, "k")
+            mk = em.let(f"{k.code} < {hi.code}", "bool", axes, "mk")
+            yield from self._bind(ranges, k, mk, count)
+            return
+        s = em.name("s")
+        if vector:
+            length = em.let(f"tl.max({hi.code} - {lo.code})", "int")
+            header, start = f"for {s} in range(0, {length.code}, BLOCK_C):", f"{lo.code} + {s}"
+        else:
+            header, start = f"for {s} in range({lo.code}, {hi.code}, BLOCK_C):", s
+        with em.block(header):
+            k = em.let(f"{start} + tl.arange(0, BLOCK_C)[None, :]", "int", axes, "k")
+            mk = em.let(f"{k.code} < {hi.code}", "bool", axes, "mk")
+            yield from self._bind(ranges, k, mk, count)
+
+    def _bind(self, ranges, k: Val, mk: Val, count: "_Lazy"):
+        gen = self.gen
+        gen.masks["C"] = mk
+        if len(ranges) == 1:
+            gen.env["__k0"] = k
+        else:  # several reduction indices over one flattened column, last fastest
+            stride: Val = literal(1)
+            for p in range(len(ranges) - 1, -1, -1):
+                lo, hi = gen(ranges[p][0]), gen(ranges[p][1])
+                ext = gen.binary("-", hi, lo)
+                q = gen.binary("//", k, stride) if stride.code != "1" else k
+                gen.env[f"__k{p}"] = gen.binary("+", lo, gen.binary("%", q, ext))
+                stride = gen.binary("*", stride, ext)
+        try:
+            yield k, mk, count
+        finally:
+            gen.masks.pop("C", None)
+
+    # ---- reductions ----
+    def body(self, e: ir.Expr, op: str) -> Val:
+        v = self.gen(e)
+        if v.kind == "bool" or (op == "mean" and v.kind == "int"):
+            v = self.gen.to_float(v) if op == "mean" else self.gen.to_int(v)
+        return v
+
+    def tile_reduce(self, op: str, v: Val, mk: Val) -> Val:
+        em = self.em
+        base = "sum" if op == "mean" else op
+        m = em.let(f"tl.where({mk.code}, {v.code}, {IDENT[base, v.kind]})", v.kind,
+                   v.axes | mk.axes)
+        if base == "prod":
+            em.helpers.add("mul")
+            code = f"tl.reduce({m.code}, 1, _kd_mul)[:, None]"
+        else:
+            code = f"tl.{base}({m.code}, axis=1)[:, None]"
+        return em.let(code, v.kind, m.axes - {"C"})
+
+    def arg_partial(self, op: str, v: Val, mk: Val) -> tuple[Val, Val]:
+        """(extreme value, lowest index holding it) of a chunk."""
+        em, k = self.em, self.gen.env["__k0"]
+        base = "max" if op == "argmax" else "min"
+        ext = self.tile_reduce(base, v, mk)
+        m = em.let(f"tl.where({mk.code}, {v.code}, {IDENT[base, v.kind]})", v.kind,
+                   v.axes | mk.axes)
+        idx = em.let(f"tl.min(tl.where({m.code} == {ext.code}, {k.code}.to(tl.int64), "
+                     f"{INT64_MAX}), axis=1)[:, None]", "int", (m.axes | k.axes) - {"C"})
+        return ext, idx
+
+    def reduce_once(self, rv, mk: Val, count: "_Lazy") -> Val:
+        v = self.body(rv.body, rv.op)
+        if rv.op in ("argmax", "argmin"):
+            return self.arg_partial(rv.op, v, mk)[1]
+        r = self.tile_reduce(rv.op, v, mk)
+        if rv.op == "mean":
+            return self.gen.binary("/", r, count())
+        return r
+
+    def passes(self):
+        """[(ranges, items)]: row values grouped by dependency level and range."""
+        plan = self.plan
+        names = {rv.name: rv for rv in plan.row_values}
+        fused = {f.second: f for f in plan.fused} if self.strategy == "online" else {}
+        firsts = {f.first: f for f in fused.values()}
+        level: dict[str, int] = {}
+        for rv in plan.row_values:
+            deps = _reads(rv, names)
+            if rv.name in fused:
+                deps.discard(fused[rv.name].first)
+            level[rv.name] = 1 + max((level[d] for d in deps), default=-1)
+            if rv.name in fused:  # the pair runs in the first's pass
+                level[rv.name] = level[fused[rv.name].first] = max(
+                    level[rv.name], level[fused[rv.name].first])
+        groups: dict[tuple, list] = {}
+        for rv in plan.row_values:
+            if rv.name in fused:
+                continue
+            item = ("fused", firsts[rv.name]) if rv.name in firsts else ("one", rv)
+            groups.setdefault((level[rv.name], rv.ranges), []).append(item)
+        return [(key[1], items) for key, items in sorted(groups.items(), key=lambda kv: kv[0][0])]
+
+    def kind_of(self, e: ir.Expr, extra: dict[str, Val]) -> str:
+        """The kind of ``e`` without emitting it (a dry run on a scratch emitter)."""
+        scratch = Emitter()
+        env = dict(self.gen.env)
+        env.update(extra)
+        env.setdefault("__k0", Val("k", "int", frozenset("C")))
+        for n in ir.walk(e):
+            if isinstance(n, ir.Name) and n.name.startswith("__k"):
+                env.setdefault(n.name, Val("k", "int", frozenset("C")))
+        g = ExprGen(scratch, self.op, env, dict(self.gen.masks), self.dtype)
+        g.scan = lambda s: Val("c", self.kind_of(s.body, extra), frozenset("C"))
+        return g(e).kind
+
+    def init(self, item):
+        em, shape, ct = self.em, acc_shape(self.plan), self.gen.ct
+        if item[0] == "fused":
+            names = [em.name("acc") for _ in range(3)]
+            if item[1].pattern == "maxsum":
+                em.emit(f"{names[0]} = tl.full({shape}, float('-inf'), {ct})")
+                em.emit(f"{names[1]} = tl.zeros({shape}, {ct})")
+            else:
+                for n in names:
+                    em.emit(f"{n} = tl.zeros({shape}, {ct})")
+            return names
+        rv = item[1]
+        kind = self.kind_of(rv.body, {})
+        kind = "float" if rv.op == "mean" else ("int" if kind == "bool" else kind)
+        dt = ct if kind == "float" else "tl.int64"
+        acc = em.name("acc")
+        if rv.op in ("argmax", "argmin"):
+            base = "max" if rv.op == "argmax" else "min"
+            em.emit(f"{acc} = tl.full({shape}, {IDENT[base, kind]}, {dt})")
+            em.emit(f"{acc}_i = tl.zeros({shape}, tl.int64) + {self.gen(rv.ranges[0][0]).code}")
+            return [acc, f"{acc}_i"]
+        em.emit(f"{acc} = tl.full({shape}, {IDENT['sum' if rv.op == 'mean' else rv.op, kind]}, "
+                f"{dt})")
+        return [acc]
+
+    def update(self, item, acc: list[str], mk: Val) -> None:
+        em = self.em
+        if item[0] == "fused":
+            f = item[1]
+            first = next(rv for rv in self.plan.row_values if rv.name == f.first)
+            v = self.gen.to_float(self.gen(first.body))
+            if f.pattern == "maxsum":
+                m, s = acc[0], acc[1]
+                x = em.let(f"tl.where({mk.code}, {v.code}, float('-inf'))", "float",
+                           v.axes | mk.axes)
+                em.emit(f"{m}_n = tl.maximum({m}, tl.max({x.code}, axis=1)[:, None])")
+                em.emit(f"{m}_z = tl.where({m}_n == float('-inf'), 0.0, {m}_n)")
+                em.emit(f"{s} = {s} * tl.exp({m} - {m}_z) + "
+                        f"tl.sum(tl.exp({x.code} - {m}_z), axis=1)[:, None]")
+                em.emit(f"{m} = {m}_n")
+                return
+            n, mean, m2 = acc
+            x = em.let(f"tl.where({mk.code}, {v.code}, 0.0)", "float", v.axes | mk.axes)
+            em.emit(f"{n}_c = tl.sum(tl.where({mk.code}, 1.0, 0.0), axis=1)[:, None]")
+            em.emit(f"{mean}_c = tl.sum({x.code}, axis=1)[:, None] / tl.maximum({n}_c, 1.0)")
+            em.emit(f"{m2}_d = tl.where({mk.code}, {x.code} - {mean}_c, 0.0)")
+            em.emit(f"{n}_n = {n} + {n}_c")
+            em.emit(f"{mean}_w = {n}_c / tl.maximum({n}_n, 1.0)")
+            em.emit(f"{mean}_e = {mean}_c - {mean}")
+            em.emit(f"{m2} = {m2} + tl.sum({m2}_d * {m2}_d, axis=1)[:, None] + "
+                    f"{mean}_e * {mean}_e * {n} * {mean}_w")
+            em.emit(f"{mean} = {mean} + {mean}_e * {mean}_w")
+            em.emit(f"{n} = {n}_n")
+            return
+        rv = item[1]
+        v = self.body(rv.body, rv.op)
+        a = acc[0]
+        if rv.op in ("argmax", "argmin"):
+            ext, idx = self.arg_partial(rv.op, v, mk)
+            better = ">" if rv.op == "argmax" else "<"
+            em.emit(f"{a}_u = {ext.code} {better} {a}")
+            em.emit(f"{acc[1]} = tl.where({a}_u, {idx.code}, {acc[1]})")
+            em.emit(f"{a} = tl.where({a}_u, {ext.code}, {a})")
+            return
+        part = self.tile_reduce(rv.op, v, mk)
+        combine = {"sum": "{a} + {p}", "mean": "{a} + {p}", "prod": "{a} * {p}",
+                   "max": "tl.maximum({a}, {p})", "min": "tl.minimum({a}, {p})"}[rv.op]
+        em.emit(f"{a} = " + combine.format(a=a, p=part.code))
+
+    def finish(self, item, acc: list[str], count: "_Lazy") -> None:
+        gen, axes = self.gen, frozenset("R") if self.plan.row_axis is not None else frozenset()
+        if item[0] == "fused":
+            f = item[1]
+            if f.pattern == "maxsum":
+                gen.env[f.first] = Val(acc[0], "float", axes)
+                gen.env[f.second] = Val(acc[1], "float", axes)
+            else:
+                n, mean, m2 = acc
+                gen.env[f.first] = self.em.let(f"tl.where({n} > 0, {mean}, float('nan'))",
+                                               "float", axes)
+                gen.env[f.second] = self.em.let(f"{m2} / {n}", "float", axes)
+            return
+        rv = item[1]
+        kind = self.kind_of(rv.body, {})
+        kind = "float" if rv.op == "mean" else ("int" if kind == "bool" else kind)
+        if rv.op in ("argmax", "argmin"):
+            gen.env[rv.name] = Val(acc[1], "int", axes)
+        elif rv.op == "mean":
+            gen.env[rv.name] = gen.binary("/", Val(acc[0], "float", axes), count())
+        else:
+            gen.env[rv.name] = Val(acc[0], kind, axes)
+
+    # ---- scans ----
+    def scan_body(self, e: ir.Scan, mk: Val) -> Val:
+        v = self.gen(e.body)
+        v = self.gen.to_int(v) if v.kind == "bool" else v
+        one = "1" if v.kind == "int" else "1.0"
+        zero = "0" if v.kind == "int" else "0.0"
+        ident = one if e.op == "cumprod" else zero
+        return self.em.let(f"tl.where({mk.code}, {v.code}, {ident})", v.kind, v.axes | mk.axes)
+
+    def scan_tile(self, e: ir.Scan, mk: Val) -> Val:
+        m = self.scan_body(e, mk)
+        return self.em.let(f"tl.{e.op}({m.code}, axis=1)", m.kind, m.axes)
+
+    def scan_chunk(self, e: ir.Scan, mk: Val, carries: dict, updates: list) -> Val:
+        m = self.scan_body(e, mk)
+        carry = carries[e]
+        if e.op == "cumprod":
+            self.em.helpers.add("mul")
+            updates.append(f"{carry} = {carry} * tl.reduce({m.code}, 1, _kd_mul)[:, None]")
+            return self.em.let(f"(tl.cumprod({m.code}, axis=1) * {carry})", m.kind, m.axes | {"R"})
+        updates.append(f"{carry} = {carry} + tl.sum({m.code}, axis=1)[:, None]")
+        return self.em.let(f"(tl.cumsum({m.code}, axis=1) + {carry})", m.kind, m.axes | {"R"})
+
+
+class _Lazy:
+    """A value emitted the first time it is asked for (in the scope asking)."""
+
+    def __init__(self, make):
+        self.make, self.value = make, None
+
+    def __call__(self) -> Val:
+        if self.value is None:
+            self.value = self.make()
+        return self.value
+
+
+def _reads(rv, names) -> set[str]:
+    out = set()
+    exprs = [rv.body] + [x for r in rv.ranges for x in r]
+    for e in exprs:
+        for n in ir.walk(e):
+            if isinstance(n, ir.Name) and n.name in names:
+                out.add(n.name)
+    return out
+
+
+def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], set, list[str]]:
+    """(kernels, helpers, launcher lines) for a pointwise or row plan."""
+    strategy = genome.get("reduce", "looped") if plan.kind != "pointwise" else "pointwise"
+    fallback = plan.kind != "pointwise" and strategy == "onepass"
+    kernels, helpers, names = [], set(), []
+    for dtype, suffix in dtype_suffixes(op):
+        fast = genome.get("math") == "fast"
+        k = RowKernel(op, plan, strategy, name + suffix, dtype, fast)
+        kernels.append(k.render())
+        helpers |= k.em.helpers
+        names.append(name + suffix)
+        if fallback:
+            k = RowKernel(op, plan, "online" if plan.fused else "looped",
+                          name + suffix + "_looped", dtype, fast)
+            kernels.append(k.render())
+            helpers |= k.em.helpers
+    launcher = rows_launcher(op, plan, genome, names, fallback)
+    if fallback:  # a module-level knob, so a static compile can reach the fallback
+        launcher = [f"ONEPASS_MAX = {ONEPASS_MAX}  # widest one-pass column", ""] + launcher
+    return kernels, helpers, launcher

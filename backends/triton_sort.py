@@ -1,0 +1,259 @@
+"""Sort and top-k kernels: a bitonic network over each row held in registers.
+
+Keys are mapped to int64 so that one integer order serves every dtype: floats
+by their sign-flipped bit pattern (an order-preserving bijection, -0.0 folded
+into +0.0), integers as they are, and ``~key`` for descending order, as the
+reference does. Sorting (key, column index) pairs lexicographically gives the
+reference's stable ascending sort and its descending top-k with ties lowest
+index first; lanes past the row's end get the largest key and an index past
+the end, so they sort last. The network is written here (not ``tl.sort``) so it
+carries the index payload and behaves the same on every Triton version;
+``tl.sort`` is offered for a values-only sort.
+
+Genes: ``topk`` = 'bitonic' (sort chunks of next_pow2(K), then halve by
+pairwise minima, O(N log^2 K)) or 'select' (K rounds of row min).
+"""
+from __future__ import annotations
+
+from kdsl import ir
+
+from .triton_expr import INT64_MAX, Emitter, ExprGen, Val
+from .triton_kernel import (dispatch, dtype_suffixes, jit_function, launcher_head, programs,
+                            prologue, py, store)
+from .triton_plan import Plan
+
+NETWORK = '''
+@triton.jit
+def _kd_cas(k, v, flip, i: tl.constexpr, n_dims: tl.constexpr):
+    # compare-and-swap at stride 2**(n_dims - i - 1) of the last n_dims bits
+    n_outer: tl.constexpr = k.numel >> n_dims
+    shape: tl.constexpr = [n_outer * 2**i, 2, 2**(n_dims - i - 1)]
+    m = tl.arange(0, 2)[None, :, None]
+    ky = tl.reshape(k, shape)
+    vy = tl.reshape(v, shape)
+    kl = tl.reshape(tl.broadcast_to(tl.sum(ky * (1 - m), 1)[:, None, :], shape), k.shape)
+    kr = tl.reshape(tl.broadcast_to(tl.sum(ky * m, 1)[:, None, :], shape), k.shape)
+    vl = tl.reshape(tl.broadcast_to(tl.sum(vy * (1 - m), 1)[:, None, :], shape), k.shape)
+    vr = tl.reshape(tl.broadcast_to(tl.sum(vy * m, 1)[:, None, :], shape), k.shape)
+    gt = (kl > kr) | ((kl == kr) & (vl > vr))
+    swap = (gt.to(tl.int32) ^ flip) != 0
+    k = k ^ tl.where(swap, kl ^ kr, tl.zeros_like(k))
+    v = v ^ tl.where(swap, vl ^ vr, tl.zeros_like(v))
+    return k, v
+
+
+@triton.jit
+def _kd_merge(k, v, stage: tl.constexpr, order: tl.constexpr, n_dims: tl.constexpr):
+    # order 0: ascending; 2: alternating runs of 2**stage
+    n_outer: tl.constexpr = k.numel >> n_dims
+    if order == 2:
+        shape: tl.constexpr = [n_outer * 2**(n_dims - 1 - stage), 2, 2**stage]
+        flip = tl.reshape(tl.broadcast_to(tl.arange(0, 2)[None, :, None], shape), k.shape)
+    else:
+        flip = tl.zeros(k.shape, tl.int32)
+    for i in tl.static_range(stage):
+        k, v = _kd_cas(k, v, flip, i + (n_dims - stage), n_dims)
+    return k, v
+
+
+@triton.jit
+def _kd_sort_pairs(k, v, n_dims: tl.constexpr):
+    for i in tl.static_range(1, n_dims + 1):
+        k, v = _kd_merge(k, v, i, 2 if i < n_dims else 0, n_dims)
+    return k, v
+
+
+@triton.jit
+def _kd_cas1(k, flip, i: tl.constexpr, n_dims: tl.constexpr):
+    n_outer: tl.constexpr = k.numel >> n_dims
+    shape: tl.constexpr = [n_outer * 2**i, 2, 2**(n_dims - i - 1)]
+    m = tl.arange(0, 2)[None, :, None]
+    ky = tl.reshape(k, shape)
+    kl = tl.reshape(tl.broadcast_to(tl.sum(ky * (1 - m), 1)[:, None, :], shape), k.shape)
+    kr = tl.reshape(tl.broadcast_to(tl.sum(ky * m, 1)[:, None, :], shape), k.shape)
+    swap = ((kl > kr).to(tl.int32) ^ flip) != 0
+    return k ^ tl.where(swap, kl ^ kr, tl.zeros_like(k))
+
+
+@triton.jit
+def _kd_merge1(k, stage: tl.constexpr, order: tl.constexpr, n_dims: tl.constexpr):
+    n_outer: tl.constexpr = k.numel >> n_dims
+    if order == 2:
+        shape: tl.constexpr = [n_outer * 2**(n_dims - 1 - stage), 2, 2**stage]
+        flip = tl.reshape(tl.broadcast_to(tl.arange(0, 2)[None, :, None], shape), k.shape)
+    else:
+        flip = tl.zeros(k.shape, tl.int32)
+    for i in tl.static_range(stage):
+        k = _kd_cas1(k, flip, i + (n_dims - stage), n_dims)
+    return k
+
+
+@triton.jit
+def _kd_sort_keys(k, n_dims: tl.constexpr):
+    # keys alone: for a values-only sort, equal keys need no order
+    for i in tl.static_range(1, n_dims + 1):
+        k = _kd_merge1(k, i, 2 if i < n_dims else 0, n_dims)
+    return k
+
+
+@triton.jit
+def _kd_pair_min(k1, v1, k2, v2):
+    first = (k1 < k2) | ((k1 == k2) & (v1 < v2))
+    return tl.where(first, k1, k2), tl.where(first, v1, v2)
+
+
+@triton.jit
+def _kd_topk_pairs(k, v, log_n: tl.constexpr, log_k: tl.constexpr, rows: tl.constexpr):
+    # the 2**log_k smallest (key, index) pairs of each row, ascending
+    for i in tl.static_range(1, log_k + 1):
+        k, v = _kd_merge(k, v, i, 2 if i < log_n else 0, log_n)
+    for i in tl.static_range(log_k + 1, log_n + 1):
+        k, v = _kd_halve(k, v, 2 ** (log_n + log_k + 1 - i), log_k, rows)
+        if log_k > 0:
+            k, v = _kd_merge(k, v, log_k, 2 if i < log_n else 0, log_n + log_k - i)
+    return k, v
+
+
+@triton.jit
+def _kd_halve(k, v, width: tl.constexpr, log_k: tl.constexpr, rows: tl.constexpr):
+    # adjacent runs of 2**log_k (one ascending, one descending): their pairwise minima
+    shape: tl.constexpr = [rows * (width >> (log_k + 1)), 2, 2**log_k]
+    k, v = tl.reduce((tl.reshape(k, shape), tl.reshape(v, shape)), 1, _kd_pair_min)
+    return tl.reshape(k, [rows, width // 2]), tl.reshape(v, [rows, width // 2])
+'''
+
+
+class SortKernel:
+    def __init__(self, op: ir.Op, plan: Plan, genome: dict, name: str, dtype: str):
+        self.op, self.plan, self.genome, self.name = op, plan, genome, name
+        self.em = Emitter()
+        self.gen = ExprGen(self.em, op, {}, {}, dtype)
+
+    def render(self) -> str:
+        em, gen, plan = self.em, self.gen, self.plan
+        prologue(em, gen, plan, False)
+        lo, hi = gen(plan.column[0]), gen(plan.column[1])
+        k = em.let(f"{lo.code} + tl.arange(0, BLOCK_C)[None, :]", "int", frozenset("C"), "k")
+        mk = em.let(f"{k.code} < {hi.code}", "bool", frozenset("C"), "mk")
+        gen.env["__k0"], gen.masks["C"] = k, mk
+        for g, group in enumerate(plan.groups):
+            wanted = {what for (gi, what) in plan.store_groups if gi == g}
+            key, kind = self.key(group, k, mk)
+            idx = em.let(f"tl.broadcast_to({k.code}, [BLOCK_R, BLOCK_C])", "int",
+                         frozenset("RC"), "ix")
+            if group.family == "sort":
+                self.sort(g, key, idx, kind, wanted, k, mk)
+            elif self.genome.get("topk", "bitonic") == "select":
+                self.select(g, key, idx, kind)
+            else:
+                ks, vs = em.name("ks"), em.name("vs")
+                em.emit(f"{ks}, {vs} = _kd_topk_pairs({key.code}, {idx.code}, LOG_C, LOG_K, "
+                        "BLOCK_R)")
+                r = em.let("tl.arange(0, BLOCK_K)[None, :]", "int", frozenset("C"), "r")
+                gen.masks["C"] = em.let(f"{r.code} < {gen(group.k).code}", "bool",
+                                        frozenset("C"), "mr")
+                self.stores(g, Val(ks, "int", frozenset("RC")), Val(vs, "int", frozenset("RC")),
+                            kind, r)
+                gen.masks["C"] = mk
+        constexprs = ["BLOCK_R", "BLOCK_C", "LOG_C", "BLOCK_K", "LOG_K"]
+        return jit_function(self.name, self.op, constexprs, em.lines)
+
+    def key(self, group, k: Val, mk: Val) -> tuple[Val, str]:
+        """The int64 sort key of the group's body (largest past the row's end)."""
+        em, gen = self.em, self.gen
+        v = gen(group.body)
+        kind = "int" if v.kind == "bool" else v.kind
+        desc = group.family == "topk"
+        if kind == "float":
+            v = gen.to_float(v)
+            bits, flip = ("tl.int64", "0x7FFFFFFFFFFFFFFF") if gen.ct == "tl.float64" \
+                else ("tl.int32", "0x7FFFFFFF")
+            z = em.let(f"tl.where({v.code} == 0, 0.0, {v.code}).to({bits}, bitcast=True)",
+                       "int", v.axes)
+            o = em.let(f"tl.where({z.code} < 0, {z.code} ^ {flip}, {z.code}).to(tl.int64)",
+                       "int", v.axes)
+        else:
+            o = gen.to_int(v)
+        if desc:
+            o = em.let(f"(~{o.code})", "int", o.axes)
+        key = em.let(f"tl.broadcast_to(tl.where({mk.code}, {o.code}, {INT64_MAX}), "
+                     f"[BLOCK_R, BLOCK_C])", "int", frozenset("RC"), "key")
+        return key, kind
+
+    def value(self, key: Val, kind: str, desc: bool) -> Val:
+        """The body value a key came from."""
+        em, gen = self.em, self.gen
+        o = em.let(f"(~{key.code})", "int", key.axes) if desc else key
+        if kind != "float":
+            return o
+        if gen.ct == "tl.float64":
+            bits, flip, ft = "tl.int64", "0x7FFFFFFFFFFFFFFF", "tl.float64"
+        else:
+            bits, flip, ft = "tl.int32", "0x7FFFFFFF", "tl.float32"
+        z = em.let(f"{o.code}.to({bits})", "int", key.axes)
+        return em.let(f"tl.where({z.code} < 0, {z.code} ^ {flip}, {z.code}).to({ft}, "
+                      f"bitcast=True)", "float", key.axes)
+
+    def stores(self, g: int, ks: Val, vs: Val, kind: str, position: Val) -> None:
+        plan = self.plan
+        self.gen.env[plan.inner] = position
+        for st, (gi, what) in zip(plan.stores, plan.store_groups):
+            if gi != g:
+                continue
+            val = vs if what == "indices" else self.value(ks, kind, plan.groups[g].family == "topk")
+            store(self.em, self.gen, st.tensor, st.indices, val)
+
+    def sort(self, g, key: Val, idx: Val, kind: str, wanted: set, k: Val, mk: Val) -> None:
+        em = self.em
+        ks, vs = em.name("ks"), em.name("vs")
+        if "indices" in wanted:
+            em.emit(f"{ks}, {vs} = _kd_sort_pairs({key.code}, {idx.code}, LOG_C)")
+        elif self.genome.get("sort", "network") == "tl.sort":
+            em.emit(f"{ks} = tl.sort({key.code}, dim=1)")
+        else:
+            em.emit(f"{ks} = _kd_sort_keys({key.code}, LOG_C)")
+        self.stores(g, Val(ks, "int", frozenset("RC")), Val(vs, "int", frozenset("RC")), kind, k)
+
+    def select(self, g, key: Val, idx: Val, kind: str) -> None:
+        """K rounds: the smallest (key, index) of the row, then knock it out."""
+        em, gen = self.em, self.gen
+        kk, vv = em.name("kk"), em.name("vv")
+        em.emit(f"{kk} = {key.code}")
+        em.emit(f"{vv} = {idx.code}.to(tl.int64)")
+        saved = gen.masks.pop("C")
+        with em.block(f"for rank in range(0, {gen(self.plan.groups[g].k).code}):"):
+            em.emit(f"{kk}_m = tl.min({kk}, axis=1)[:, None]")
+            em.emit(f"{vv}_m = tl.min(tl.where({kk} == {kk}_m, {vv}, {INT64_MAX}), "
+                    "axis=1)[:, None]")
+            self.stores(g, Val(f"{kk}_m", "int", frozenset("R")),
+                        Val(f"{vv}_m", "int", frozenset("R")), kind, Val("rank", "int"))
+            em.emit(f"{kk} = tl.where({vv} == {vv}_m, {INT64_MAX}, {kk})")
+            em.emit(f"{vv} = tl.where({vv} == {vv}_m, {INT64_MAX}, {vv})")
+        gen.masks["C"] = saved
+
+
+def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], set, list[str]]:
+    sources, helpers, names = [NETWORK.strip("\n") + "\n"], set(), []
+    for dtype, suffix in dtype_suffixes(op):
+        kernel = SortKernel(op, plan, genome, name + suffix, dtype)
+        sources.append(kernel.render())
+        helpers |= kernel.em.helpers
+        names.append(name + suffix)
+    lines = launcher_head(op) + dispatch(op)
+    rows = py(plan.row_axis[1]) if plan.row_axis is not None else "1"
+    lines.append(f"    BLOCK_C = triton.next_power_of_2(max({py(plan.column[1])} - "
+                 f"{py(plan.column[0])}, 1))")
+    ks = [g.k for g in plan.groups if g.k is not None]
+    lines.append(f"    BLOCK_K = min(triton.next_power_of_2(max({py(ks[0])}, 1)), BLOCK_C)"
+                 if ks else "    BLOCK_K = 1")
+    lines.append(f"    BLOCK_R = max(1, min({int(genome.get('BLOCK_R', 1))}, "
+                 f"triton.next_power_of_2(max({rows}, 1)), 8192 // BLOCK_C))")
+    lines.append(f"    n = {programs(plan, False)}")
+    lines.append("    if n <= 0:")
+    lines.append("        return")
+    lines.append(f"    ({', '.join(names)},)[variant][(n,)](*args, BLOCK_R=BLOCK_R, "
+                 "BLOCK_C=BLOCK_C, "
+                 "LOG_C=BLOCK_C.bit_length() - 1, BLOCK_K=BLOCK_K, "
+                 f"LOG_K=BLOCK_K.bit_length() - 1, num_warps={int(genome.get('num_warps', 4))}, "
+                 f"num_stages={int(genome.get('num_stages', 1))})")
+    return sources, helpers, lines

@@ -1,0 +1,395 @@
+"""The Triton backend: plans and spaces from the IR, kernels checked against the reference.
+
+Three kinds of test:
+- in-process, no kernel runs: plans, search spaces, rendering, dispatch, build errors;
+- the interpreter (``TRITON_INTERPRET=1``, which must be set before triton is imported, so
+  it runs in worker subprocesses): every non-contraction spec, plus a few specs written
+  here that no template could know, at the default genome and two random genomes, on
+  small cases, against ``kdsl.reference``. bf16 is skipped: the interpreter's bf16
+  arithmetic is wrong (bf16 is checked on a GPU);
+- static compiles of every default kernel for sm_90 and gfx942 (no GPU needed), with
+  their register and spill counts.
+
+The heavy parts run as three subprocesses at once (two interpreter workers, one compiler).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kdsl import ir
+from kdsl import spec as kspec
+from kdsl.backends import BuildError, get
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+CONTRACTIONS = {"matmul", "matmul_bias_relu", "conv1d", "dlrm_interaction"}
+KINDS = {"swiglu": "pointwise", "gelu_tanh": "pointwise", "hash_bucketize": "pointwise",
+         "jagged_to_padded_dense": "pointwise", "softmax": "rows", "log_softmax": "rows",
+         "layernorm": "rows", "rmsnorm": "rows", "cross_entropy": "rows", "cumsum_rows": "rows",
+         "embedding_bag_sum": "rows", "jagged_softmax": "rows", "max_pool1d": "rows",
+         "sort_rows": "collective", "topk_rows": "collective"}
+
+# Ops of known classes that no spec in specs/ has: they must work with no new code.
+NOVEL = {
+    "row_argmax": """
+        op row_argmax
+          dims M, N
+          in  x: f32 | f16 [M, N]
+          out idx: i64 [M]
+          idx[i] = argmax(j) x[i, j]
+          baseline torch.argmax(x, dim=-1)
+          tolerance exact
+          test  M in 1..64, N in 1..300
+          bench M=4096, N=4096, dtype=f32
+        """,
+    "segment_mean": """
+        op segment_mean
+          dims L, D, B
+          in  values: f32 | f16 [L, D]
+          in  offsets: i64 [B + 1] offsets(L)
+          out y: like values [B, D]
+          y[b, d] = mean(i in offsets[b] .. offsets[b + 1]) values[i, d]
+          baseline torch.segment_reduce(values, "mean", offsets=offsets)
+          tolerance f32(rtol=1e-5, atol=1e-5) f16(rtol=1e-3, atol=1e-3)
+          test  L in 0..200, D in 1..40, B in 1..20
+          bench L=1048576, D=128, B=16384, dtype=f32
+        """,
+    "shifted_cumprod": """
+        op shifted_cumprod
+          dims M, N
+          in  x: f32 [M, N] in 0.5 .. 1.5
+          out y: like x [M, N]
+          y[i, j] = 1 + cumprod(j) x[i, j]
+          baseline 1 + torch.cumprod(x, dim=-1)
+          tolerance f32(rtol=1e-4, atol=1e-5)
+          test  M in 1..64, N in 1..300
+          bench M=4096, N=4096, dtype=f32
+        """,
+    "row_argsort": """
+        op row_argsort
+          dims M, N
+          in  x: f32 | i64 [M, N]
+          out y: i64 [M, N]
+          y[i, j] = argsort(j) x[i, j]
+          baseline torch.argsort(x, dim=-1, stable=True)
+          tolerance exact
+          test  M in 1..64, N in 1..300
+          bench M=4096, N=1024, dtype=i64
+        """,
+    "seg_sum_1d": """
+        op seg_sum_1d
+          dims L, B
+          in  v: f32 | f16 [L]
+          in  offsets: i64 [B + 1] offsets(L)
+          out y: like v [B]
+          y[b] = sum(i in offsets[b] .. offsets[b + 1]) v[i]
+          baseline torch.segment_reduce(v, "sum", offsets=offsets)
+          tolerance f32(rtol=1e-5, atol=1e-5) f16(rtol=1e-3, atol=1e-3)
+          test  L in 0..200, B in 1..30
+          bench L=1048576, B=16384, dtype=f32
+        """,
+    "jagged_center": """
+        op jagged_center
+          dims L, B
+          in  v: f32 | f16 [L]
+          in  offsets: i64 [B + 1] offsets(L)
+          out y: like v [L]
+          s[b] = max(k in offsets[b] .. offsets[b + 1]) v[k]
+          y[i] = v[i] - s[segment_of(offsets, i)]
+          baseline v
+          tolerance f32(rtol=1e-5, atol=1e-5) f16(rtol=1e-3, atol=1e-3)
+          test  L in 0..200, B in 1..30
+          bench L=1048576, B=16384, dtype=f32
+        """,
+    "int_mix": """
+        op int_mix
+          dims N
+          in  x: i64 [N]
+          out y: i64 [N]
+          y[i] = (x[i] // 7) % 5 - abs(x[i]) % 3 + i
+          baseline (x // 7) % 5 - torch.abs(x) % 3 + torch.arange(N)
+          tolerance exact
+          test  N in 0..5000
+          bench N=1048576
+        """,
+}
+
+# Worker: runs kernels under the interpreter on small cases; prints one JSON list.
+WORKER = r'''
+import dataclasses, json, random, sys, traceback
+import numpy as np, torch
+import kdsl.spec as S
+from kdsl import cases, compare, dtypes, ir, reference, sizes as SZ
+from kdsl.backends import get
+from kdsl.backends.triton_plan import make_plan
+
+ROW_PROGRAMS, COLUMN_CAP = 12, 40
+
+def small_shapes(op, per_dtype, seed):
+    """Cases of the op's own test ranges, shrunk: few program rows, short columns."""
+    plan = make_plan(op)
+    axes = list(plan.scalar_axes) + ([plan.row_axis] if plan.row_axis else [])
+    row_dims = {n.name for _, e in axes for n in ir.walk(e) if isinstance(n, ir.Name)}
+    cap_rows = max(1, int(ROW_PROGRAMS ** (1 / max(len(axes), 1))))
+    ranges = []
+    for r in op.test.ranges:
+        lo, hi = SZ.evaluate(r.lo, {}), SZ.evaluate(r.hi, {})
+        cap = cap_rows if r.dim in row_dims else COLUMN_CAP
+        ranges.append(dataclasses.replace(r, hi=ir.Num(max(lo, min(hi, cap)))))
+    small = dataclasses.replace(op, test=dataclasses.replace(op.test, ranges=tuple(ranges)))
+    out = []
+    for dt in [d for d in op.dtype_choices if d != "bf16"]:
+        styles = ["high", "edge", "random", "low"][:per_dtype]
+        for k, style in enumerate(styles):
+            sizes = SZ.sample(small, random.Random(f"{seed}:{dt}:{k}"), style)
+            if sizes is None:
+                continue
+            label = "duplicates" if cases.sorts(op) and k % 2 == 0 else \
+                "segments" if cases.jagged(op) and k % 2 == 1 else style
+            out.append(cases.Shape(sizes, dt, label, k))
+    return out
+
+def poisoned(op, c):
+    outs = {}
+    for t in op.outputs:
+        dt = dtypes.torch_dtype(op.dtype_of(t.name, c.dtype))
+        shape = SZ.shape_of(op, t.name, c.sizes)
+        outs[t.name] = torch.full(shape, float("nan") if dt.is_floating_point else -7777,
+                                  dtype=dt)
+    return outs
+
+def main(job):
+    be, results = get("triton"), []
+    for item in job:
+        op = S.load(item["path"]).ops[0]
+        for genome in item["genomes"]:
+            failures, ran = [], 0
+            try:
+                built = be.build(op, be.render(op, genome, "cpu"), "cpu")
+                for shape in small_shapes(op, item["per_dtype"], item["seed"]):
+                    c = cases.draw(op, shape, item["seed"])
+                    ins = {k: torch.from_numpy(np.ascontiguousarray(v))
+                           for k, v in c.inputs.items()}
+                    outs = poisoned(op, c)
+                    built.fn(ins, outs, dict(c.sizes))
+                    got = {k: v.double().numpy() if v.dtype.is_floating_point else v.numpy()
+                           for k, v in outs.items()}
+                    ref = reference.reference(op, c.sizes, c.inputs)
+                    bad = compare.compare(op, c.dtype, got, ref, c.inputs)
+                    ran += 1
+                    if bad is not None:
+                        failures.append(f"{c.shape.describe()}: {bad}")
+            except Exception:
+                failures.append(traceback.format_exc()[-3000:])
+            results.append({"op": op.name, "genome": genome, "cases": ran, "failures": failures})
+    print("RESULTS " + json.dumps(results))
+
+main(json.loads(sys.argv[1]))
+'''
+
+# Compiler: every op's default kernel for Hopper and MI300; prints one JSON dict.
+COMPILER = r'''
+import json, sys, traceback
+import kdsl.spec as S
+from kdsl.backends import get
+from kdsl.backends.triton_compile import CUDA_H100, HIP_MI300, compile_for, example_for
+be, out = get("triton"), {}
+for path in json.loads(sys.argv[1]):
+    op = S.load(path).ops[0]
+    source = be.render(op, be.space(op, "cuda").default(), "cuda")
+    for name, tgt in (("sm_90", CUDA_H100), ("gfx942", HIP_MI300)):
+        try:
+            out.setdefault(op.name, {})[name] = compile_for(source, tgt, [example_for(op)])
+        except Exception:
+            out.setdefault(op.name, {})[name] = {"error": traceback.format_exc()[-3000:]}
+print("RESULTS " + json.dumps(out))
+'''
+
+
+def _load(path) -> ir.Op:
+    return kspec.load(path).ops[0]
+
+
+def _library() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(SPECS.glob("*.kspec"))}
+
+
+def _covered() -> list[str]:
+    return [n for n in _library() if n not in CONTRACTIONS]
+
+
+def _genomes(op: ir.Op, seed: int = 0) -> list[dict]:
+    """The default genome and two random ones; the random ones take the other values of
+    strategy genes, so every reduction strategy and top-k method is run."""
+    space = get("triton").space(op, "cpu")
+    out = [space.default()]
+    for i in range(2):
+        g = space.sample(random.Random(f"{seed}:{op.name}:{i}"))
+        for gene in space.genes:
+            if not gene.ordered and len(gene.values) > 1:
+                rest = [v for v in gene.values if v != out[0][gene.name]]
+                g[gene.name] = rest[i % len(rest)]
+        out.append(g)
+    return out
+
+
+@pytest.fixture(scope="session")
+def novel_specs(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("novel_specs")
+    paths = {}
+    for name, text in NOVEL.items():
+        paths[name] = folder / f"{name}.kspec"
+        paths[name].write_text(textwrap.dedent(text).strip() + "\n")
+    return paths
+
+
+def _env(interpret: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    return env
+
+
+def _parse(proc: subprocess.Popen, what: str):
+    stdout, stderr = proc.communicate(timeout=600)
+    for line in stdout.splitlines():
+        if line.startswith("RESULTS "):
+            return json.loads(line[len("RESULTS "):])
+    raise AssertionError(f"{what} worker printed no results (exit {proc.returncode}):\n"
+                         f"{stderr[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def runs(novel_specs):
+    """Starts the two interpreter workers and the compiler together; waits for all three."""
+    lib = _library()
+    # sorting networks are slow to interpret: one case per dtype, a worker of their own
+    networks = {"sort_rows", "topk_rows", "row_argsort"}
+    items = [(n, lib[n]) for n in _covered()] + list(novel_specs.items())
+    jobs: list[list] = [[], []]
+    for name, path in items:
+        job = {"path": str(path), "genomes": _genomes(_load(path)),
+               "per_dtype": 1 if name in networks else 2, "seed": 1}
+        jobs[0 if name in networks else 1].append(job)
+    cmd = [sys.executable, "-c"]
+    procs = [subprocess.Popen(cmd + [WORKER, json.dumps(j)], env=_env(True), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for j in jobs]
+    procs.append(subprocess.Popen(cmd + [COMPILER, json.dumps([str(lib[n]) for n in _covered()])],
+                                  env=_env(False), text=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE))
+    interp = _parse(procs[0], "interpreter") + _parse(procs[1], "interpreter")
+    return {"interp": interp, "compile": _parse(procs[2], "compiler")}
+
+
+# ---- in-process: plans, spaces, rendering ----------------------------------
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_plan_class_comes_from_the_ir(name):
+    from kdsl.backends.triton_plan import make_plan
+    assert make_plan(_load(_library()[name])).kind == KINDS[name]
+
+
+def test_fusable_patterns_are_found():
+    from kdsl.backends.triton_plan import make_plan
+    lib = _library()
+    assert [f.pattern for f in make_plan(_load(lib["softmax"])).fused] == ["maxsum"]
+    assert [f.pattern for f in make_plan(_load(lib["cross_entropy"])).fused] == ["maxsum"]
+    assert [f.pattern for f in make_plan(_load(lib["layernorm"])).fused] == ["welford"]
+    assert make_plan(_load(lib["rmsnorm"])).fused == ()
+
+
+def test_jagged_outputs_are_enumerated_by_segment():
+    from kdsl.backends.triton_plan import SEG, make_plan
+    plan = make_plan(_load(_library()["jagged_softmax"]))
+    assert [a for a, _ in plan.scalar_axes] == [SEG] and plan.row_axis[0] == "d"
+    assert plan.inner == "i" and not plan.onepass
+
+
+@pytest.mark.parametrize("name", _covered())
+def test_every_genome_in_the_space_renders(name):
+    be = get("triton")
+    op = _load(_library()[name])
+    assert be.supports(op, "cuda") is None
+    space = be.space(op, "cuda")
+    default = space.default()
+    assert all(default[g.name] in g.values for g in space.genes)
+    rng = random.Random(name)
+    for genome in [default] + [space.sample(rng) for _ in range(6)]:
+        source = be.render(op, genome, "cuda")
+        compile(source, name, "exec")  # valid Python
+        assert "@triton.jit" in source and "def kernel(inputs, outputs, sizes)" in source
+
+
+def test_contractions_go_to_triton_dot():
+    dot = pytest.importorskip("kdsl.backends.triton_dot")
+    be = get("triton")
+    for name in CONTRACTIONS:
+        op = _load(_library()[name])
+        if dot.matches(op):
+            genome = be.space(op, "cuda").default()
+            assert be.render(op, genome, "cuda") == dot.render(op, genome)
+
+
+def test_cpu_build_needs_the_interpreter():
+    from kdsl.backends.triton import interpreting
+    if interpreting():
+        pytest.skip("this process runs the interpreter")
+    be = get("triton")
+    op = _load(_library()["swiglu"])
+    with pytest.raises(BuildError, match="TRITON_INTERPRET=1"):
+        be.build(op, be.render(op, be.space(op, "cpu").default(), "cpu"), "cpu")
+
+
+def test_unsupported_is_a_reason_not_a_crash():
+    be = get("triton")
+    text = textwrap.dedent("""
+        op nested_dependent
+          dims M, N
+          in  x: f32 [M, N]
+          out y: f32 [M]
+          y[i] = sum(j) x[i, j] * max(k in 0 .. j + 1) x[i, k]
+          baseline x.sum(-1)
+          tolerance f32(rtol=1e-5, atol=1e-5)
+          test  M in 1..8, N in 1..8
+          bench M=8, N=8, dtype=f32
+        """).strip() + "\n"
+    op = kspec.parse_text(text).ops[0]
+    reason = be.supports(op, "cuda")
+    assert reason is not None and "reduction" in reason
+
+
+# ---- subprocesses: the interpreter and static compiles ----------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _covered() + sorted(NOVEL))
+def test_interpreter_matches_reference(runs, name):
+    mine = [r for r in runs["interp"] if r["op"] == name]
+    assert len(mine) == 3, f"{name}: expected 3 genomes, got {len(mine)}"
+    for r in mine:
+        assert r["cases"] > 0 or r["failures"], f"{name}: no cases ran"
+        assert not r["failures"], f"{name} {r['genome']}:\n" + "\n".join(r["failures"][:3])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _covered())
+def test_default_kernel_compiles_for_hopper_and_mi300(runs, name, record_property):
+    result = runs["compile"][name]
+    for target in ("sm_90", "gfx942"):
+        kernels = result[target]
+        assert "error" not in kernels, f"{name} on {target}:\n{kernels.get('error')}"
+        assert kernels, f"{name}: nothing was launched on {target}"
+        for kname, meta in kernels.items():
+            assert meta["n_regs"] > 0, (name, target, kname, meta)
+            record_property(f"{target}:{kname}", f"regs={meta['n_regs']} "
+                                                 f"spills={meta['n_spills']} "
+                                                 f"shared={meta['shared']}")
+    # Hopper gives a thread at most 255 registers; the defaults must not spill there
+    assert all(m["n_spills"] == 0 for m in result["sm_90"].values()), result["sm_90"]
