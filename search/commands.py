@@ -52,6 +52,21 @@ def report(store, summary: dict) -> None:
           f"{summary['elapsed_s']:.1f} s")
 
 
+def _finish(run_dir: str, go) -> int:
+    """Run ``go()`` (a start or a resume) and report; the run is saved however it ends."""
+    try:
+        store, summary = go()
+    except KeyboardInterrupt:
+        print(f"interrupted; the run is saved in {run_dir} (kdsl resume {run_dir})",
+              file=sys.stderr)
+        return 130
+    except FatalOperatorError as e:
+        print(f"kdsl: error: {e} (the run so far is saved in {run_dir})", file=sys.stderr)
+        return 2
+    report(store, summary)
+    return 0
+
+
 def search(args) -> int:
     settings = settings_from(args, args.policy, args.seed)
     out = args.out or str(Path("runs") / f"{Path(args.spec).stem}-{settings.policy}-"
@@ -61,28 +76,10 @@ def search(args) -> int:
         while (Path(f"{out}-{n}") / "lineage.msgpack").exists():
             n += 1
         out = f"{out}-{n}"
-    try:
-        store, summary = runs.start(settings, out, args.cache,
-                                    display_for(args, f"{settings.policy} {Path(out).name}"))
-    except KeyboardInterrupt:
-        print(f"interrupted; the run is saved in {out} (kdsl resume {out})", file=sys.stderr)
-        return 130
-    except FatalOperatorError as e:
-        print(f"kdsl: error: {e} (the run so far is saved in {out})", file=sys.stderr)
-        return 2
-    report(store, summary)
-    return 0
+    display = display_for(args, f"{settings.policy} {Path(out).name}")
+    return _finish(out, lambda: runs.start(settings, out, args.cache, display))
 
 
 def resume(args) -> int:
-    try:
-        store, summary = runs.resume(args.run, args.budget,
-                                     display_for(args, f"resume {Path(args.run).name}"))
-    except KeyboardInterrupt:
-        print(f"interrupted; the run is saved in {args.run}", file=sys.stderr)
-        return 130
-    except FatalOperatorError as e:
-        print(f"kdsl: error: {e} (the run so far is saved in {args.run})", file=sys.stderr)
-        return 2
-    report(store, summary)
-    return 0
+    display = display_for(args, f"resume {Path(args.run).name}")
+    return _finish(args.run, lambda: runs.resume(args.run, args.budget, display))

@@ -174,3 +174,18 @@ def test_edits_apply_exactly_or_fail():
         "int f;\n"
     with pytest.raises(ReplyError, match="neither"):
         source_from_reply("I cannot help with that.", "p", "python")
+
+
+def test_llm_draft_and_crossover_make_children(tmp_path):
+    weights = {**ONLY_REWRITE, "llm_rewrite": 0, "llm_draft": 1.0, "llm_crossover": 1.0}
+    script = [fenced("# speed: 1.5\n"), fenced("# speed: 2.5\n"), fenced("# speed: 3.5\n")]
+    store, summary, server = run_scripted(
+        tmp_path, script=script, budget=4, operator_weights=weights, policy="evolution",
+        policy_params={"population": 2, "crossover": 1.0})
+    ops = [r["operator"] for r in store.nodes]
+    assert ops[:3] == ["start", "llm_draft", "llm_draft"] and ops[3] == "llm_crossover"
+    cross = store.nodes[3]
+    assert len(cross["parents"]) == 2
+    prompt = server.requests[2]["messages"][0]["content"]
+    assert "# speed: 1.5" in prompt and "# speed: 2.5" in prompt  # both parents' sources
+    assert summary["best"]["speedup"] == pytest.approx(3.5)
