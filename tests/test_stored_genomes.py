@@ -1,0 +1,39 @@
+"""The best genomes stored in specs/genomes/ are where searches start, so each must still be
+a correct kernel: a generator change that breaks one fails here, on the CPU."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kdsl import backends, spec
+from kdsl.search.candidate import Candidate
+from kdsl.search.evaluator import evaluate
+from kdsl.search.jobs import EvalConfig, EvalJob
+from kdsl.search.starts import genomes_dir, starting_points
+
+STORED = [(p.stem, backend, device, entry["genome"])
+          for p in sorted(genomes_dir().glob("*.json"))
+          for backend, by_device in json.loads(p.read_text()).items()
+          for device, entry in by_device.items()]
+
+
+def test_there_are_stored_genomes():
+    assert STORED
+
+
+@pytest.mark.parametrize("op_name,backend,device,genome", STORED,
+                         ids=[f"{o}-{b}-{d}" for o, b, d, _ in STORED])
+def test_stored_genome_is_correct_on_cpu(op_name, backend, device, genome):
+    op = spec.load(spec.library_dir() / f"{op_name}.kspec").ops[0]
+    b = backends.get(backend)
+    if device != "cpu" and "cpu" not in b.devices:
+        pytest.skip(f"{backend} does not run on the CPU")
+    space = b.space(op, "cpu")
+    assert space.complete(genome) == {**space.default(), **genome}, "genes left the space"
+    cfg = EvalConfig(device="cpu", time=False, seeds=(5,), cases_per_dtype=2)
+    result = evaluate(EvalJob(op, Candidate.of(backend, genome), cfg))
+    assert result.ok, f"{result.stage}: {result.message[:500]}"
+    # and a search of this op on this backend starts from it
+    starts = starting_points(op, {backend: space}, device)
+    assert starts[0].genes == space.complete(genome) and starts[0].origin == "stored"
