@@ -45,7 +45,6 @@ results carry ``ray_gpu_ids`` (``ray.get_gpu_ids()`` in the task): where it ran.
 from __future__ import annotations
 
 import logging
-import pickle
 import queue
 import sys
 import threading
@@ -58,6 +57,7 @@ from kdsl.errors import UsageError
 
 from .jobs import EvalJob
 from .result import Result
+from .verdict import picklable, verdict
 
 try:
     import ray
@@ -102,57 +102,11 @@ def _evaluate_task(job: EvalJob, evaluate_fn: Callable | None, gpu: bool):
         import traceback
         result = Result.failure("worker", f"evaluation raised {type(e).__name__}: {e}",
                                 traceback=traceback.format_exc()[-4000:])
-    result, _poisoned = _verdict(job, result)
+    result, _poisoned = verdict(job, result)
     if gpu:
         result = replace(result, artifacts={**result.artifacts,
                                             "ray_gpu_ids": list(ray.get_gpu_ids())})
-    yield _picklable(result)
-
-
-def _verdict(job: EvalJob, result: Result) -> tuple[Result, str | None]:
-    """The result as the pool's worker reports it, and why this process must not go on.
-
-    Same messages as ``worker._run``, so both executors record the same results.
-    """
-    if result.artifacts.get("out_of_memory"):
-        return Result.failure("worker", f"out of memory in {result.stage}: {result.message}",
-                              **result.artifacts), "the last evaluation ran out of memory"
-    broken = _cuda_broken() if job.config.device == "cuda" else None
-    if broken:
-        return Result.failure("worker", f"CUDA context lost ({broken}) in {result.stage}: "
-                                        f"{result.message}", **result.artifacts), \
-            f"CUDA context lost ({broken})"
-    return result, None
-
-
-def _cuda_broken() -> str | None:
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return None
-    try:
-        torch.cuda.synchronize()
-        torch.zeros(1, device="cuda").add_(1).item()
-        return None
-    except Exception as e:  # a sticky error (illegal address): the context is dead
-        return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
-def _picklable(result: Result) -> Result:
-    try:
-        pickle.dumps(result)
-        return result
-    except Exception:  # an artifact that cannot travel is sent as its repr
-        return replace(result, artifacts=_plain(result.artifacts))
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return repr(value)
+    yield picklable(result)
 
 
 # ---- the driver side ----

@@ -4,7 +4,7 @@ The worker's environment is fixed before anything heavy is imported: a worker
 for device 'cpu' runs with ``TRITON_INTERPRET=1`` (Triton kernels then run in
 the interpreter; Triton reads the variable when a kernel is decorated) and sees
 no GPU; a 'cuda' worker runs with ``TRITON_INTERPRET`` removed. This module
-imports only the standard library at its top, so nothing imports triton before
+(and what it imports: ``verdict``, ``result``) uses only the standard library at its top, so nothing imports triton before
 the environment is set. A CPU worker's address space is limited (RLIMIT_AS).
 
 Protocol on the pipe: the worker sends ``("ready", pid)`` once torch and the
@@ -22,6 +22,8 @@ import pickle
 import signal
 import sys
 from dataclasses import dataclass
+
+from .verdict import picklable, verdict  # standard library only, like this module
 
 TRACEBACK_MARGIN_S = 0.5
 
@@ -41,6 +43,7 @@ class WorkerKind:
         if self.device == "cpu":
             return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
         return {"TRITON_INTERPRET": None}
+
 
 
 def main(conn, kind: WorkerKind, log_path: str, initializer: str | None) -> None:
@@ -92,48 +95,8 @@ def _run(blob: bytes, evaluate):
         faulthandler.cancel_dump_traceback_later()
     sys.stdout.flush()
     sys.stderr.flush()
-    retire = False
-    if result.artifacts.get("out_of_memory"):
-        result = Result.failure("worker", f"out of memory in {result.stage}: {result.message}",
-                                **result.artifacts)
-        retire = True
-    broken = _cuda_broken() if job.config.device == "cuda" else None
-    if broken:
-        result = Result.failure("worker", f"CUDA context lost ({broken}) in {result.stage}: "
-                                          f"{result.message}", **result.artifacts)
-        retire = True
-    return _picklable(result), retire
-
-
-def _cuda_broken() -> str | None:
-    import torch
-    if not torch.cuda.is_initialized():
-        return None
-    try:
-        torch.cuda.synchronize()
-        torch.zeros(1, device="cuda").add_(1).item()
-        return None
-    except Exception as e:
-        return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
-def _picklable(result):
-    try:
-        pickle.dumps(result)
-        return result
-    except Exception:
-        from dataclasses import replace
-        return replace(result, artifacts=_plain(result.artifacts))
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return repr(value)
+    result, why = verdict(job, result)
+    return picklable(result), why is not None
 
 
 def _redirect_output(path: str) -> None:

@@ -23,7 +23,8 @@ from kdsl.search.candidate import Candidate  # noqa: E402
 from kdsl.search.display import QuietDisplay  # noqa: E402
 from kdsl.search.jobs import EvalConfig, EvalJob  # noqa: E402
 from kdsl.search.executors import InlineExecutor  # noqa: E402
-from kdsl.search.ray_executor import RayExecutor, _verdict  # noqa: E402
+from kdsl.search.ray_executor import RayExecutor  # noqa: E402
+from kdsl.search.verdict import verdict  # noqa: E402
 from kdsl.search.result import Result  # noqa: E402
 from kdsl.search.runstore import LINEAGE, RunStore  # noqa: E402
 from kdsl.search.settings import SearchSettings  # noqa: E402
@@ -186,9 +187,9 @@ def test_an_evaluation_that_raises_is_a_worker_failure(cluster, op):
 
 def test_out_of_memory_is_a_worker_failure_and_its_worker_is_replaced(cluster, op):
     oom = Result.failure("timing", "CUDA out of memory", out_of_memory=True)
-    result, why = _verdict(job(op), oom)
+    result, why = verdict(job(op), oom)
     assert result.stage == "worker" and result.message.startswith("out of memory in timing")
-    assert why and _verdict(job(op), ray_fakes.evaluate(job(op))) == (
+    assert why and verdict(job(op), ray_fakes.evaluate(job(op))) == (
         ray_fakes.evaluate(job(op)), None)
     ex = attached(workers=1)
     (r,) = results(ex, [job(op, mode="oom")])
