@@ -116,27 +116,8 @@ def rename_binders(e: ir.Expr) -> ir.Expr:
             names[r.name] = ir.Name(new)
         return dataclasses.replace(e, indices=tuple(ranges),
                                    body=rename_binders(substitute(body, names)))
-    return _map_children(e, rename_binders)
+    return ir.map_operands(e, rename_binders)
 
-
-def _map_children(e: ir.Expr, fn) -> ir.Expr:
-    if isinstance(e, ir.Access):
-        return dataclasses.replace(e, subscripts=tuple(fn(s) for s in e.subscripts),
-                                   pad=None if e.pad is None else fn(e.pad))
-    if isinstance(e, ir.Unary):
-        return dataclasses.replace(e, operand=fn(e.operand))
-    if isinstance(e, ir.Binary):
-        return dataclasses.replace(e, left=fn(e.left), right=fn(e.right))
-    if isinstance(e, ir.Call):
-        if e.fn == "segment_of":
-            return dataclasses.replace(e, args=(e.args[0], fn(e.args[1])))
-        return dataclasses.replace(e, args=tuple(fn(a) for a in e.args))
-    if isinstance(e, (ir.Reduce, ir.Scan, ir.Collective)):
-        return dataclasses.replace(e, body=fn(e.body))
-    return e
-
-
-# ---- fusion: inlining intermediates ------------------------------------------
 
 FUSION = ("none", "elementwise", "all")
 
@@ -180,7 +161,7 @@ def _inline_reads(e: ir.Expr, defs) -> ir.Expr:
         indices, value = defs[e.tensor]
         subs = tuple(_inline_reads(s, defs) for s in e.subscripts)
         return rename_binders(substitute(value, dict(zip(indices, subs))))
-    return _map_children(e, lambda c: _inline_reads(c, defs))
+    return ir.map_operands(e, lambda c: _inline_reads(c, defs))
 
 
 # ---- patterns ------------------------------------------------------------------

@@ -78,23 +78,9 @@ def free_names(e: ir.Expr) -> set[str]:
     if isinstance(e, ir.Call) and e.fn == "segment_of":
         return free_names(e.args[1])
     out = set()
-    for c in children(e):
+    for c in ir.operands(e):
         out |= free_names(c)
     return out
-
-
-def children(e: ir.Expr) -> list:
-    if isinstance(e, ir.Access):
-        return list(e.subscripts) + ([e.pad] if e.pad is not None else [])
-    if isinstance(e, ir.Unary):
-        return [e.operand]
-    if isinstance(e, ir.Binary):
-        return [e.left, e.right]
-    if isinstance(e, ir.Call):
-        return list(e.args[1:]) if e.fn == "segment_of" else list(e.args)
-    if isinstance(e, (ir.Reduce, ir.Scan, ir.Collective)):
-        return [e.body]
-    return []
 
 
 def is_elementwise(e: ir.Expr) -> bool:
@@ -269,7 +255,7 @@ def _reads_in_iteration(e: ir.Expr, produced: set[str], lhs: tuple[str, ...], q:
             if x is not None and not _reads_in_iteration(x, produced, lhs, q, shadow):
                 return False
         return _reads_in_iteration(e.body, produced, lhs, q, shadow | {e.index.name})
-    return all(_reads_in_iteration(c, produced, lhs, q, shadow) for c in children(e))
+    return all(_reads_in_iteration(c, produced, lhs, q, shadow) for c in ir.operands(e))
 
 
 def _extents(op: ir.Op, st: ir.Statement, names: tuple[str, ...]) -> tuple[ir.Expr, ...]:
@@ -336,7 +322,7 @@ def interchangeable(sp: StmtPlan) -> list[ir.Reduce]:
             return
         if isinstance(e, (ir.Scan, ir.Collective)):
             return
-        for c in children(e):
+        for c in ir.operands(e):
             visit(c)
     visit(sp.st.value)
     return out

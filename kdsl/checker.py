@@ -465,7 +465,7 @@ class Checker:
                                f"index out of range: subscript {p} of '{t.name}' reaches "
                                f"{int(iv[0])}..{int(iv[1])} but the dim has size {size} "
                                f"(at {where}); add pad(...) if that is meant")
-        for child in _children(e):
+        for child in ir.operands(e):
             if isinstance(e, (ir.Reduce, ir.Collective)) and child is _body(e):
                 ranges_ = e.indices if isinstance(e, ir.Reduce) else (e.index,)
                 self._with_ranges(ranges_, ev, lambda: self._check_reads(child, ev, sizes))
@@ -522,20 +522,6 @@ def evaluate_or_none(e: ir.Expr, sizes) -> float | None:
         return evaluate(e, sizes)
     except NotASize:
         return None
-
-
-def _children(e: ir.Expr):
-    if isinstance(e, ir.Access):
-        return list(e.subscripts) + ([e.pad] if e.pad is not None else [])
-    if isinstance(e, ir.Unary):
-        return [e.operand]
-    if isinstance(e, ir.Binary):
-        return [e.left, e.right]
-    if isinstance(e, ir.Call):
-        return [a for a in e.args if not (e.fn == "segment_of" and a is e.args[0])]
-    if isinstance(e, (ir.Reduce, ir.Scan, ir.Collective)):
-        return [e.body]
-    return []
 
 
 def _body(e):

@@ -321,3 +321,37 @@ def walk(expr: Expr):
         if expr.k is not None:
             yield from walk(expr.k)
         yield from walk(expr.body)
+
+
+def operands(expr: Expr) -> list:
+    """The value sub-expressions of ``expr``: a reduction, scan or collective contributes
+    its body only (not its range bounds), and ``segment_of`` its index (not the tensor)."""
+    if isinstance(expr, Access):
+        return list(expr.subscripts) + ([expr.pad] if expr.pad is not None else [])
+    if isinstance(expr, Unary):
+        return [expr.operand]
+    if isinstance(expr, Binary):
+        return [expr.left, expr.right]
+    if isinstance(expr, Call):
+        return list(expr.args[1:]) if expr.fn == "segment_of" else list(expr.args)
+    if isinstance(expr, (Reduce, Scan, Collective)):
+        return [expr.body]
+    return []
+
+
+def map_operands(expr: Expr, fn) -> Expr:
+    """``expr`` with ``fn`` applied to each of its ``operands`` (the same ones, in place)."""
+    if isinstance(expr, Access):
+        return dataclasses.replace(expr, subscripts=tuple(fn(s) for s in expr.subscripts),
+                                   pad=None if expr.pad is None else fn(expr.pad))
+    if isinstance(expr, Unary):
+        return dataclasses.replace(expr, operand=fn(expr.operand))
+    if isinstance(expr, Binary):
+        return dataclasses.replace(expr, left=fn(expr.left), right=fn(expr.right))
+    if isinstance(expr, Call):
+        if expr.fn == "segment_of":
+            return dataclasses.replace(expr, args=(expr.args[0], fn(expr.args[1])))
+        return dataclasses.replace(expr, args=tuple(fn(a) for a in expr.args))
+    if isinstance(expr, (Reduce, Scan, Collective)):
+        return dataclasses.replace(expr, body=fn(expr.body))
+    return expr
