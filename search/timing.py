@@ -28,6 +28,7 @@ from kdsl import baseline, cases, dtypes, ir
 from kdsl.sizes import shape_of
 
 from . import correctness as corr
+from . import device_lock
 
 Timer = Callable[..., list[float]]
 FLUSH_BYTES = 256 << 20
@@ -227,15 +228,35 @@ def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
         return (lambda: fn(*args)), "eager", f"torch.compile failed ({type(e).__name__}: {first})"
 
 
+_RUNNERS: dict[tuple, tuple] = {}
+
+
+def baseline_key(op, case, device, mode, config) -> tuple:
+    return (op.hash, device, tuple(case.sizes.items()), case.dtype, mode, config.warmup,
+            config.reps)
+
+
+def prepare_baseline(op, case, device, mode, compile_fn=None) -> None:
+    """Build the baseline's runner (torch.compile happens here), outside any device lock.
+
+    Kept for the latest bench point only, like the bench inputs."""
+    key = (op.hash, device, tuple(case.sizes.items()), case.dtype, mode)
+    if key not in _RUNNERS:
+        import torch
+        _RUNNERS.clear()
+        tensors = corr.fresh_inputs(op, case.dtype, case.inputs, device)
+        with torch.no_grad():
+            _RUNNERS[key] = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
+    return _RUNNERS[key]
+
+
 def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None) -> BaselineTime:
     """The baseline's median, once per (op, device, point, dtype, mode) in this process."""
     import torch
-    key = (op.hash, device, tuple(case.sizes.items()), case.dtype, mode, config.warmup,
-           config.reps)
+    key = baseline_key(op, case, device, mode, config)
     if key not in cache:
-        tensors = corr.fresh_inputs(op, case.dtype, case.inputs, device)
+        run, name, note = prepare_baseline(op, case, device, mode, compile_fn)
         with torch.no_grad():
-            run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
             samples = timer(run, warmup=config.warmup, reps=config.reps)
         cache[key] = BaselineTime(statistics.median(samples), name, note)
     return cache[key]
@@ -349,24 +370,26 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
         for t in op.outputs:
             corr.poison(outs[t.name], op.dtype_of(t.name, dtype), 1)
 
-    with torch.no_grad():
+    mode = baseline_mode(config)
+    cache = BASELINES if baselines is None else baselines
+    if baseline_key(op, case, device, mode, config) not in cache:
+        prepare_baseline(op, case, device, mode, compile_fn)  # compiles outside the lock
+    with device_lock.exclusive(device, arts), torch.no_grad():
         samples = timer(lambda: kernel(ins, outs, dict(case.sizes)), warmup=config.warmup,
                         reps=config.reps, setup=repoison)
+        base = time_baseline(op, case, device, mode, config, timer, cache, compile_fn)
+        time_ms = statistics.median(samples)
+        nbytes = traffic_bytes(op, case.sizes, dtype, case.inputs)
+        bw = bandwidth(device, nbytes) if callable(bandwidth) else \
+            bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes)
+        suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
+        if suspect and bandwidth is None:  # a copy slow by bad luck? measure it again
+            bw = copy_bandwidth(device, nbytes, fresh=True)
+            suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
     corr.sync(device)
     message, _ = bench_judge(op, case, ins, outs, ref, 1, device)
     if message:
         return Timing(f"wrong after repeated runs at the {where}: {message}", artifacts=arts)
-    time_ms = statistics.median(samples)
-
-    base = time_baseline(op, case, device, baseline_mode(config), config, timer,
-                         BASELINES if baselines is None else baselines, compile_fn)
-    nbytes = traffic_bytes(op, case.sizes, dtype, case.inputs)
-    bw = bandwidth(device, nbytes) if callable(bandwidth) else \
-        bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes)
-    suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
-    if suspect and bandwidth is None:  # rule out a copy that was slow by bad luck: measure again
-        bw = copy_bandwidth(device, nbytes, fresh=True)
-        suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
     floor_ms = nbytes / bw * 1e3
     arts.update(timings_ms=samples, floor_ms=floor_ms, bytes=nbytes, bandwidth_gbs=bw / 1e9,
                 suspect=suspect)
