@@ -1,0 +1,249 @@
+"""The whole operator library searched on one CUDA GPU, in one command.
+
+    python bench/gpu_suite.py --out DIR [--ops a,b] [--budget 60] [--workers 12]
+    python bench/gpu_suite.py --store-genomes DIR/suite.json   # (any machine) keep the winners
+
+For every op in ``specs/``: ``kdsl search --backend triton --device cuda`` with the
+offline operators (mcts, one seed), many evaluations in flight in a pool of
+worker processes (they compile and check in parallel on the host's CPUs; the
+timing stage holds the GPU alone, see ``kdsl.search.device_lock``). The search
+checks correctness in the bench dtype only and rewards speed over torch eager,
+for speed (torch.compile in every worker would cost a compile each); then the best kernel and
+the default genome are evaluated again on a quiet GPU, in full (every dtype the
+op declares, more timed runs), against torch eager and against torch.compile,
+in one worker process. The table's times come from that confirmation, not from
+the search. Writes DIR/suite.json after every op (a killed run keeps what it
+finished), DIR/suite.md, and DIR/runs.tar.gz (every run directory).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tarfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import suite_table  # noqa: E402  (bench/suite_table.py)
+
+GIB = 1 << 30
+
+
+class Kept:
+    """An executor lent to one search after another: their ``shutdown`` keeps it running."""
+
+    def __init__(self, executor):
+        self.executor, self.workers = executor, executor.workers
+
+    def submit(self, job):
+        return self.executor.submit(job)
+
+    def shutdown(self) -> None:
+        pass
+
+
+def footprint_bytes(op, point, dtype: str) -> int:
+    """Every input and output at the bench point, whole (gathered tables included)."""
+    from kdsl import dtypes
+    from kdsl.sizes import shape_of
+    total = 0
+    for t in (*op.inputs, *op.outputs):
+        n = 1
+        for d in shape_of(op, t.name, point.size_dict()):
+            n *= d
+        total += n * dtypes.ITEMSIZE[op.dtype_of(t.name, dtype)]
+    return total
+
+
+def workers_for(op, point, dtype: str, wanted: int) -> int:
+    """As many workers as the GPU's memory holds: each keeps the bench inputs, outputs,
+    the baseline's own inputs and a float64 oracle, plus its CUDA context."""
+    import torch
+    if not torch.cuda.is_available():
+        return wanted
+    free, _ = torch.cuda.mem_get_info()
+    each = 5 * footprint_bytes(op, point, dtype) + 2 * GIB
+    return max(1, min(wanted, int(0.8 * free // each)))
+
+
+def search_op(path, op, args, out: Path, pool, cache: str) -> dict:
+    from kdsl.search import runs
+    from kdsl.search.display import LogDisplay
+    from kdsl.search.jobs import EvalConfig
+    from kdsl.search.settings import SearchSettings
+    from kdsl.search.timing import bench_dtype, bench_point
+    point = bench_point(op, args.device)
+    dtype = bench_dtype(op, point, None)
+    workers = workers_for(op, point, dtype, args.workers)
+    settings = SearchSettings(
+        spec=str(path), op=op.name, backends=(args.backend,), device=args.device,
+        policy=args.policy,
+        seed=args.seed, budget=args.budget, workers=workers, executor="pool", llm="off",
+        use_priors=False,
+        eval=EvalConfig(device=args.device, dtypes=(dtype,), reps=args.search_reps, warmup=3,
+                        baseline="eager"))
+    start = time.monotonic()
+    store, summary = runs.start(settings, out / "runs" / op.name, cache,
+                                LogDisplay(every=max(1, args.budget // 4)), Kept(pool))
+    summary["wall_s"] = round(time.monotonic() - start, 2)
+    summary["engine_workers"] = workers
+    return summary
+
+
+def confirm(op, genome: dict | None, pool, args) -> dict:
+    """One kernel checked in full and timed against eager, then timed against
+    torch.compile (its correctness checked again on the bench dtype only), in one worker."""
+    from kdsl import backends
+    from kdsl.search.candidate import Candidate
+    from kdsl.search.jobs import EvalConfig, EvalJob
+    from kdsl.search.timing import bench_dtype, bench_point
+    point = bench_point(op, args.device)
+    space = backends.get(args.backend).space(op, args.device)
+    cand = Candidate.of(args.backend, space.complete(genome or space.default()))
+    out = {}
+    for mode in ("eager", "compile"):
+        light = {} if mode == "eager" else {"seeds": (13,), "cases_per_dtype": 1,
+                                            "dtypes": (bench_dtype(op, point, None),)}
+        cfg = EvalConfig(device=args.device, baseline=mode, reps=args.confirm_reps, warmup=10,
+                         timeout_s=600.0, **{"seeds": (11, 12), **light})
+        res = pool.submit(EvalJob(op, cand, cfg)).result()
+        a = res.artifacts or {}
+        out[mode] = {"ok": res.ok, "stage": res.stage, "message": res.message[:400],
+                     "time_ms": res.time_ms, "baseline_ms": res.baseline_ms,
+                     "baseline_name": res.baseline_name, "floor_ms": a.get("floor_ms"),
+                     "bandwidth_gbs": a.get("bandwidth_gbs"),
+                     "max_error": a.get("bench_max_error"),
+                     "kernels": {name: {k: m.get(k) for k in ("n_regs", "n_spills", "shared")}
+                                 for name, m in (a.get("meta") or {}).items()
+                                 if isinstance(m, dict)},
+                     "baseline_fallback": a.get("baseline_fallback")}
+    return out
+
+
+def host(device: str) -> dict:
+    import torch
+    if device != "cuda":
+        import platform
+        return {"gpu": f"cpu ({platform.machine()})", "cpus": os.cpu_count()}
+    p = torch.cuda.get_device_properties(0)
+    return {"gpu": torch.cuda.get_device_name(0), "sms": p.multi_processor_count,
+            "memory_gib": round(p.total_memory / GIB, 1), "cpus": os.cpu_count()}
+
+
+def run(args) -> int:
+    import torch
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_suite: error: no CUDA device is visible (torch.cuda.is_available() is "
+              "False)", file=sys.stderr)
+        return 2
+    from kdsl import spec
+    from kdsl.search.executors import PoolExecutor
+    from kdsl.search.runs import versions
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = set(args.ops.split(",")) if args.ops else None
+    cache = args.cache or str(out / "cache.sqlite")
+    doc = {"meta": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "host": host(args.device), "backend": args.backend, "versions": versions(), "budget": args.budget,
+                    "policy": args.policy, "seed": args.seed, "workers": args.workers,
+                    "command": " ".join(sys.argv)}, "rows": []}
+    search_pool = PoolExecutor(workers=args.workers)
+    confirm_pool = PoolExecutor(workers=1)
+    t0 = time.monotonic()
+    try:
+        for path in spec.library():
+            for op in spec.load(path).ops:
+                if wanted and op.name not in wanted:
+                    continue
+                if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
+                    print(f"gpu_suite: deadline reached; {op.name} not run", flush=True)
+                    doc["rows"].append({"op": op.name, "skipped": "deadline"})
+                    continue
+                row = one_op(path, op, args, out, search_pool, confirm_pool, cache)
+                doc["rows"].append(row)
+                suite_table.write(out, doc)
+                print(suite_table.line(row), flush=True)
+    finally:
+        search_pool.shutdown()
+        confirm_pool.shutdown()
+        doc["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
+        suite_table.write(out, doc)
+        with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
+            if (out / "runs").exists():
+                tar.add(out / "runs", arcname="runs")
+    print(suite_table.markdown(doc))
+    return 0
+
+
+def op_class(op) -> str:
+    """contraction (matrix units), sort (collectives), or memory (bound by traffic)."""
+    from kdsl.backends import triton as triton_backend
+    dot = triton_backend._dot()
+    if dot is not None and dot.matches(op):
+        return "contraction"
+    return "sort" if triton_backend._plan(op).kind == "collective" else "memory"
+
+
+def one_op(path, op, args, out, search_pool, confirm_pool, cache) -> dict:
+    from kdsl import backends
+    from kdsl.search.timing import bench_dtype, bench_point
+    point = bench_point(op, args.device)
+    row = {"op": op.name, "shape": point.size_dict(), "dtype": bench_dtype(op, point, None),
+           "class": op_class(op)}
+    try:
+        s = search_op(path, op, args, out, search_pool, cache)
+    except Exception as e:  # one op's failure is a row, not the end of the suite
+        import traceback
+        row["error"] = f"search: {type(e).__name__}: {e}"
+        row["traceback"] = traceback.format_exc()[-2000:]
+        return row
+    best = s.get("best") or {}
+    row["search"] = {k: s.get(k) for k in ("evaluations", "failures", "failures_by_stage",
+                                           "wall_s", "evaluations_per_s", "engine_workers")}
+    row["search"]["best_speedup"] = best.get("speedup")
+    row["search"]["baseline"] = s.get("baseline")
+    row["best_genome"] = best.get("genome")
+    t = time.monotonic()
+    row["default"] = confirm(op, None, confirm_pool, args)
+    default = backends.get(args.backend).space(op, args.device).default()
+    same = best and dict(best.get("genome") or {}) == default
+    row["best"] = row["default"] if same else \
+        confirm(op, best.get("genome"), confirm_pool, args) if best else None
+    row["confirm_s"] = round(time.monotonic() - t, 1)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="folder for suite.json, suite.md, runs.tar.gz")
+    ap.add_argument("--ops", help="comma-separated op names (default: every spec)")
+    ap.add_argument("--budget", type=int, default=60, help="evaluations per op")
+    ap.add_argument("--workers", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)))
+    ap.add_argument("--policy", default="mcts")
+    ap.add_argument("--backend", default="triton")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cpu: the c backend's suite on this machine (--backend c)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache", help="measurement cache (default DIR/cache.sqlite)")
+    ap.add_argument("--search-reps", type=int, default=20)
+    ap.add_argument("--confirm-reps", type=int, default=100)
+    ap.add_argument("--deadline-s", type=float, help="start no new op after this many seconds")
+    ap.add_argument("--store-genomes", metavar="SUITE_JSON",
+                    help="write each op's confirmed best genome into specs/genomes/ and stop")
+    args = ap.parse_args(argv)
+    if args.store_genomes:
+        return suite_table.store_genomes(Path(args.store_genomes), ROOT / "specs" / "genomes")
+    if not args.out:
+        ap.error("--out is required")
+    if args.budget < 1 or args.workers < 1:
+        ap.error("--budget and --workers must be at least 1")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

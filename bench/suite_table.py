@@ -1,0 +1,145 @@
+"""The GPU suite's results: the JSON document, its Markdown table, and storing the winners.
+
+A row (one op) holds the search's figures and two confirmations, ``default`` and
+``best``, each ``{'eager': {...}, 'compile': {...}}`` with the kernel's time,
+the baseline's time and the floor measured in one worker process.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+FLOOR_TARGET = 1.15  # memory-bound ops: best kernel within this factor of the traffic floor
+
+
+def write(out: Path, doc: dict) -> None:
+    tmp = out / "suite.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, out / "suite.json")
+    (out / "suite.md").write_text(markdown(doc) + "\n")
+
+
+def _ok(conf: dict | None, mode: str) -> dict | None:
+    c = (conf or {}).get(mode) or {}
+    return c if c.get("ok") else None
+
+
+def figures(row: dict) -> dict:
+    """The numbers a table shows for one op (None where not measured)."""
+    be, bc = _ok(row.get("best"), "eager"), _ok(row.get("best"), "compile")
+    de = _ok(row.get("default"), "eager")
+    best = be or bc
+    f = {"eager_ms": (be or de or {}).get("baseline_ms"),
+         "compile_ms": (bc or _ok(row.get("default"), "compile") or {}).get("baseline_ms"),
+         "compile_name": (bc or {}).get("baseline_name"),
+         "default_ms": (de or {}).get("time_ms"),
+         "best_ms": min(x["time_ms"] for x in (be, bc) if x) if best else None,
+         "floor_ms": (best or de or {}).get("floor_ms")}
+    f["vs_eager"] = _ratio(f["eager_ms"], f["best_ms"])
+    f["vs_compile"] = _ratio(f["compile_ms"], f["best_ms"])
+    f["of_floor"] = _ratio(f["best_ms"], f["floor_ms"])
+    return f
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def _g(v, digits=4) -> str:
+    return "-" if v is None else f"{v:.{digits}g}"
+
+
+def line(row: dict) -> str:
+    if row.get("error") or row.get("skipped"):
+        return f"{row['op']}: {row.get('error') or 'skipped: ' + row['skipped']}"
+    f, s = figures(row), row.get("search") or {}
+    return (f"{row['op']}: best {_g(f['best_ms'])} ms, eager {_g(f['eager_ms'])}, compile "
+            f"{_g(f['compile_ms'])}, floor {_g(f['floor_ms'])}; {_g(f['vs_eager'], 3)}x eager, "
+            f"{_g(f['vs_compile'], 3)}x compile, {_g(f['of_floor'], 3)}x floor; "
+            f"{s.get('evaluations')} evals in {s.get('wall_s')} s")
+
+
+def _geomean(values) -> float | None:
+    vals = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def markdown(doc: dict) -> str:
+    m = doc["meta"]
+    v = m.get("versions") or {}
+    h = m.get("host") or {}
+    out = [f"{m['date']} · {h.get('gpu')} ({h.get('sms')} SMs, {h.get('memory_gib')} GiB) · "
+           f"{h.get('cpus')} CPUs · torch {v.get('torch')} · triton {v.get('triton')} · "
+           f"policy {m.get('policy')}, seed {m.get('seed')}, budget {m.get('budget')}, "
+           f"up to {m.get('workers')} workers", "",
+           "| op | class | shape | dtype | eager ms | compile ms | default ms | best ms | "
+           "floor ms | ×eager | ×compile | best/floor | evals | fails | search s | eval/s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [r for r in doc["rows"] if not r.get("skipped")]
+    for r in rows:
+        shape = ",".join(f"{k}={v}" for k, v in (r.get("shape") or {}).items())
+        if r.get("error"):
+            out.append(f"| {r['op']} | | {shape} | {r.get('dtype')} | {r['error'][:80]} |"
+                       + " |" * 11)
+            continue
+        f, s = figures(r), r.get("search") or {}
+        best = _g(f["best_ms"]) if f["best_ms"] else _failed(r)
+        out.append(f"| {r['op']} | {r.get('class', '')} | {shape} | {r['dtype']} | "
+                   f"{_g(f['eager_ms'])} | {_g(f['compile_ms'])} | {_g(f['default_ms'])} | "
+                   f"{best} | {_g(f['floor_ms'])} | {_g(f['vs_eager'], 3)} | "
+                   f"{_g(f['vs_compile'], 3)} | {_g(f['of_floor'], 3)} | "
+                   f"{s.get('evaluations')} | {s.get('failures')} | {s.get('wall_s')} | "
+                   f"{_g(s.get('evaluations_per_s'), 3)} |")
+    out += ["", *summary_lines(doc)]
+    return "\n".join(out)
+
+
+def _failed(row: dict) -> str:
+    c = ((row.get("best") or {}).get("eager") or {})
+    return f"failed ({c.get('stage', 'no correct kernel')})"
+
+
+def summary_lines(doc: dict) -> list[str]:
+    rows = [r for r in doc["rows"] if not r.get("skipped") and not r.get("error")]
+    figs = {r["op"]: figures(r) for r in rows}
+    correct = [op for op, f in figs.items() if f["best_ms"]]
+    mem = [r["op"] for r in rows if r.get("class") == "memory"]
+    within = [op for op in mem if (figs[op]["of_floor"] or 99) <= FLOOR_TARGET]
+    wall = doc["meta"].get("wall_s")
+    evals = sum((r.get("search") or {}).get("evaluations") or 0 for r in rows)
+    return [
+        f"- correct best kernel: {len(correct)} of {len(rows)} ops",
+        f"- geometric mean speedup over eager: {_g(_geomean(f['vs_eager'] for f in figs.values()), 3)}x;"
+        f" over torch.compile: {_g(_geomean(f['vs_compile'] for f in figs.values()), 3)}x",
+        f"- memory-bound ops within {FLOOR_TARGET}x of the floor: {len(within)} of {len(mem)}"
+        + (f" (missed: {', '.join(op for op in mem if op not in within)})" if mem else ""),
+        f"- {evals} evaluations in {wall} s of suite wall time"
+        + (f" ({evals / wall:.2f} eval/s overall, confirmations included)" if wall else ""),
+    ]
+
+
+def store_genomes(suite_json: Path, genomes_dir: Path) -> int:
+    """Merge each op's confirmed best triton/cuda genome into specs/genomes/<op>.json."""
+    doc = json.loads(suite_json.read_text())
+    meta = doc["meta"]
+    stored = 0
+    for row in doc["rows"]:
+        f = figures(row) if not row.get("error") and not row.get("skipped") else {}
+        if not f.get("best_ms") or not row.get("best_genome"):
+            continue
+        path = genomes_dir / f"{row['op']}.json"
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data.setdefault("triton", {})["cuda"] = {
+            "genome": row["best_genome"],
+            "speedup": round(f["vs_compile"] or f["vs_eager"], 3),
+            "baseline": "torch.compile" if f["vs_compile"] else "eager",
+            "evaluations": (row.get("search") or {}).get("evaluations"),
+            "measured": f"{meta['date'][:10]}, {meta['host']['gpu']}",
+            "run": f"python bench/gpu_suite.py --ops {row['op']} --budget {meta['budget']} "
+                   f"--seed {meta['seed']}"}
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        stored += 1
+    print(f"stored {stored} genomes in {genomes_dir}")
+    return 0
