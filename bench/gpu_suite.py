@@ -61,14 +61,18 @@ def footprint_bytes(op, point, dtype: str) -> int:
 
 
 def workers_for(op, point, dtype: str, wanted: int) -> int:
-    """As many workers as the GPU's memory holds: each keeps the bench inputs, outputs,
-    the baseline's own inputs and a float64 oracle, plus its CUDA context."""
+    """As many workers as memory holds. Bench-size work holds the GPU alone (the device
+    lock), so the card needs one worker's bench tensors (inputs, outputs, the baseline's
+    inputs, the oracle) plus a context and small cases per worker; but every worker keeps
+    the bench inputs on the host (numpy, generated once per process)."""
     import torch
-    if not torch.cuda.is_available():
-        return wanted
-    free, _ = torch.cuda.mem_get_info()
-    each = 5 * footprint_bytes(op, point, dtype) + 2 * GIB
-    return max(1, min(wanted, int(0.8 * free // each)))
+    each_host = 3 * footprint_bytes(op, point, dtype) + GIB
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    n = min(wanted, int(0.6 * host // each_host))
+    if torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info()
+        n = min(n, int((0.8 * free - 6 * footprint_bytes(op, point, dtype)) // GIB))
+    return max(1, n)
 
 
 def search_op(path, op, args, out: Path, pool, cache: str) -> dict:

@@ -228,36 +228,19 @@ def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
         return (lambda: fn(*args)), "eager", f"torch.compile failed ({type(e).__name__}: {first})"
 
 
-_RUNNERS: dict[tuple, tuple] = {}
+def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None) -> BaselineTime:
+    """The baseline's median, once per (op, device, point, dtype, mode) in this process.
 
-
-def baseline_key(op, case, device, mode, config) -> tuple:
-    return (op.hash, device, tuple(case.sizes.items()), case.dtype, mode, config.warmup,
-            config.reps)
-
-
-def prepare_baseline(op, case, device, mode, compile_fn=None) -> None:
-    """Build the baseline's runner (torch.compile happens here), outside any device lock.
-
-    Kept for the latest bench point only, like the bench inputs."""
-    key = (op.hash, device, tuple(case.sizes.items()), case.dtype, mode)
-    if key not in _RUNNERS:
-        import torch
-        _RUNNERS.clear()
+    Its inputs are freed once timed, so they do not stay on a shared GPU between jobs."""
+    import torch
+    key = (op.hash, device, tuple(case.sizes.items()), case.dtype, mode, config.warmup,
+           config.reps)
+    if key not in cache:
         tensors = corr.fresh_inputs(op, case.dtype, case.inputs, device)
         with torch.no_grad():
-            _RUNNERS[key] = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
-    return _RUNNERS[key]
-
-
-def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None) -> BaselineTime:
-    """The baseline's median, once per (op, device, point, dtype, mode) in this process."""
-    import torch
-    key = baseline_key(op, case, device, mode, config)
-    if key not in cache:
-        run, name, note = prepare_baseline(op, case, device, mode, compile_fn)
-        with torch.no_grad():
+            run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
             samples = timer(run, warmup=config.warmup, reps=config.reps)
+        del run, tensors
         cache[key] = BaselineTime(statistics.median(samples), name, note)
     return cache[key]
 
@@ -268,7 +251,10 @@ _ORACLES: dict[tuple, tuple] = {}
 
 
 def oracle(op: ir.Op, case: cases.Case, device: str) -> tuple[dict | None, str]:
-    """The baseline on float64 inputs, as device tensors (None and why when it fails)."""
+    """The baseline on float64 inputs, as device tensors (None and why when it fails).
+
+    Kept between jobs on the host, not the GPU: many workers share one card, and
+    each holding a float64 copy of the bench outputs would crowd it out."""
     import torch
     key = (op.hash, device, tuple(case.sizes.items()), case.dtype)
     if key not in _ORACLES:
@@ -279,13 +265,15 @@ def oracle(op: ir.Op, case: cases.Case, device: str) -> tuple[dict | None, str]:
             with torch.no_grad():
                 got = baseline.outputs_of(op, baseline.baseline_callable(op, case.sizes, wide)())
             corr.sync(device)
-            _ORACLES[key] = (got, "")
+            del ins, wide
+            _ORACLES[key] = ({k: v.cpu() for k, v in got.items()}, "")
         except Exception as e:
             if corr.out_of_memory(e):
                 raise
             _ORACLES[key] = (None, f"float64 oracle failed ({type(e).__name__}: {e}); checked "
                                    f"that every element was written only")
-    return _ORACLES[key]
+    kept, note = _ORACLES[key]
+    return (None if kept is None else {k: v.to(device) for k, v in kept.items()}), note
 
 
 def _arg_output(op: ir.Op, name: str) -> bool:
@@ -341,8 +329,9 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
     """Check and time ``kernel`` at the bench point, time the baseline, judge the floor.
 
     ``bandwidth`` is bytes/s, or a callable (device, nbytes) -> bytes/s; measured when None.
+    All of it holds the device alone (``device_lock``): bench-size tensors of several
+    workers at once would not fit one GPU, and their kernels would share its time.
     """
-    import torch
     device = config.device
     point = bench_point(op, device)
     if point is None or op.baseline is None:
@@ -350,10 +339,16 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
                       f"for {device}")
     dtype = bench_dtype(op, point, config.bench_dtype)
     case = bench_case(op, point, dtype)
-    where = f"bench point {', '.join(f'{k}={v}' for k, v in case.sizes.items())}, {dtype}"
     arts: dict = {"bench": {"sizes": dict(case.sizes), "dtype": dtype}}
-    timer = timer or default_timer(device)
+    with device_lock.exclusive(device, arts):
+        return _measure_at(op, case, kernel, config, timer or default_timer(device), bandwidth,
+                           BASELINES if baselines is None else baselines, compile_fn, arts)
 
+
+def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, arts) -> Timing:
+    import torch
+    device, dtype = config.device, case.dtype
+    where = f"bench point {', '.join(f'{k}={v}' for k, v in case.sizes.items())}, {dtype}"
     ins = corr.fresh_inputs(op, dtype, case.inputs, device)
     outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
     kernel(ins, outs, dict(case.sizes))
@@ -370,22 +365,19 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
         for t in op.outputs:
             corr.poison(outs[t.name], op.dtype_of(t.name, dtype), 1)
 
-    mode = baseline_mode(config)
-    cache = BASELINES if baselines is None else baselines
-    if baseline_key(op, case, device, mode, config) not in cache:
-        prepare_baseline(op, case, device, mode, compile_fn)  # compiles outside the lock
-    with device_lock.exclusive(device, arts), torch.no_grad():
+    with torch.no_grad():
         samples = timer(lambda: kernel(ins, outs, dict(case.sizes)), warmup=config.warmup,
                         reps=config.reps, setup=repoison)
-        base = time_baseline(op, case, device, mode, config, timer, cache, compile_fn)
-        time_ms = statistics.median(samples)
-        nbytes = traffic_bytes(op, case.sizes, dtype, case.inputs)
-        bw = bandwidth(device, nbytes) if callable(bandwidth) else \
-            bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes)
+    base = time_baseline(op, case, device, baseline_mode(config), config, timer, cache,
+                         compile_fn)
+    time_ms = statistics.median(samples)
+    nbytes = traffic_bytes(op, case.sizes, dtype, case.inputs)
+    bw = bandwidth(device, nbytes) if callable(bandwidth) else \
+        bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes)
+    suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
+    if suspect and bandwidth is None:  # rule out a copy that was slow by bad luck: measure again
+        bw = copy_bandwidth(device, nbytes, fresh=True)
         suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
-        if suspect and bandwidth is None:  # a copy slow by bad luck? measure it again
-            bw = copy_bandwidth(device, nbytes, fresh=True)
-            suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
     corr.sync(device)
     message, _ = bench_judge(op, case, ins, outs, ref, 1, device)
     if message:
