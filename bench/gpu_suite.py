@@ -7,7 +7,7 @@ For every op in ``specs/``: ``kdsl search --backend triton --device cuda`` with 
 offline operators (mcts, one seed), many evaluations in flight in a pool of
 worker processes (they compile and check in parallel on the host's CPUs; the
 timing stage holds the GPU alone, see ``kdsl.search.device_lock``). The search
-checks correctness in the bench dtype only and rewards speed over torch eager,
+checks correctness on one seed's cases in the bench dtype only and rewards speed over torch eager,
 for speed (torch.compile in every worker would cost a compile each); then the best kernel and
 the default genome are evaluated again on a quiet GPU, in full (every dtype the
 op declares, more timed runs), against torch eager and against torch.compile,
@@ -89,7 +89,8 @@ def search_op(path, op, args, out: Path, pool, cache: str) -> dict:
         policy=args.policy,
         seed=args.seed, budget=args.budget, workers=workers, executor="pool", llm="off",
         use_priors=False,
-        eval=EvalConfig(device=args.device, dtypes=(dtype,), reps=args.search_reps, warmup=3,
+        eval=EvalConfig(device=args.device, dtypes=(dtype,), seeds=(1,), reps=args.search_reps,
+                        warmup=3,
                         baseline="eager"))
     start = time.monotonic()
     store, summary = runs.start(settings, out / "runs" / op.name, cache,
@@ -239,7 +240,18 @@ def main(argv=None) -> int:
     ap.add_argument("--deadline-s", type=float, help="start no new op after this many seconds")
     ap.add_argument("--store-genomes", metavar="SUITE_JSON",
                     help="write each op's confirmed best genome into specs/genomes/ and stop")
+    ap.add_argument("--merge", nargs="+", metavar="SUITE_JSON",
+                    help="write one suite.json/suite.md into --out from runs split across "
+                         "calls, and stop")
     args = ap.parse_args(argv)
+    if args.merge:
+        if not args.out:
+            ap.error("--merge needs --out")
+        docs = [json.loads(Path(p).read_text()) for p in args.merge]
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        suite_table.write(Path(args.out), suite_table.merge(docs))
+        print((Path(args.out) / "suite.md").read_text())
+        return 0
     if args.store_genomes:
         return suite_table.store_genomes(Path(args.store_genomes), ROOT / "specs" / "genomes")
     if not args.out:

@@ -120,6 +120,22 @@ def summary_lines(doc: dict) -> list[str]:
     ]
 
 
+def merge(docs: list[dict]) -> dict:
+    """One document from suite runs split across calls (rows in order; the first run's host).
+
+    Runs on different GPUs are refused: their figures do not belong in one table."""
+    gpus = {d["meta"]["host"].get("gpu") for d in docs}
+    if len(gpus) > 1:
+        raise ValueError(f"suite runs from different GPUs: {', '.join(sorted(map(str, gpus)))}")
+    meta = dict(docs[0]["meta"])
+    meta["date"] = " to ".join(sorted({d["meta"]["date"] for d in docs})[::max(1, len(docs) - 1)])
+    meta["budget"] = "/".join(str(b) for b in sorted({d["meta"]["budget"] for d in docs}))
+    meta["wall_s"] = sum(d["meta"].get("wall_s") or 0 for d in docs) or None
+    meta["parts"] = [d["meta"] for d in docs]
+    rows = [r for d in docs for r in d["rows"] if not r.get("skipped")]
+    return {"meta": meta, "rows": rows}
+
+
 def store_genomes(suite_json: Path, genomes_dir: Path) -> int:
     """Merge each op's confirmed best triton/cuda genome into specs/genomes/<op>.json."""
     doc = json.loads(suite_json.read_text())
@@ -129,6 +145,8 @@ def store_genomes(suite_json: Path, genomes_dir: Path) -> int:
         f = figures(row) if not row.get("error") and not row.get("skipped") else {}
         if not f.get("best_ms") or not row.get("best_genome"):
             continue
+        if f["default_ms"] and f["default_ms"] < f["best_ms"]:
+            continue  # on the quiet GPU the default won: searches start from it anyway
         path = genomes_dir / f"{row['op']}.json"
         data = json.loads(path.read_text()) if path.exists() else {}
         data.setdefault("triton", {})["cuda"] = {
@@ -137,8 +155,8 @@ def store_genomes(suite_json: Path, genomes_dir: Path) -> int:
             "baseline": "torch.compile" if f["vs_compile"] else "eager",
             "evaluations": (row.get("search") or {}).get("evaluations"),
             "measured": f"{meta['date'][:10]}, {meta['host']['gpu']}",
-            "run": f"python bench/gpu_suite.py --ops {row['op']} --budget {meta['budget']} "
-                   f"--seed {meta['seed']}"}
+            "run": f"python bench/gpu_suite.py --ops {row['op']} --budget "
+                   f"{(row.get('search') or {}).get('evaluations')} --seed {meta['seed']}"}
         path.write_text(json.dumps(data, indent=2) + "\n")
         stored += 1
     print(f"stored {stored} genomes in {genomes_dir}")

@@ -1,0 +1,73 @@
+"""The GPU suite's bookkeeping: figures from confirmations, merging split runs, stored winners."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import suite_table  # noqa: E402
+
+
+def conf(ms, base, name, floor=1.0, ok=True):
+    return {"ok": ok, "stage": "timing" if ok else "correctness", "time_ms": ms,
+            "baseline_ms": base, "baseline_name": name, "floor_ms": floor}
+
+
+def row(op, best_ms, default_ms, eager=4.0, compiled=2.0, genome=None, cls="memory"):
+    return {"op": op, "class": cls, "shape": {"N": 8}, "dtype": "bf16",
+            "search": {"evaluations": 24, "failures": 0, "wall_s": 10.0,
+                       "evaluations_per_s": 2.4},
+            "best_genome": genome or {"BLOCK": 64},
+            "default": {"eager": conf(default_ms, eager, "eager"),
+                        "compile": conf(default_ms, compiled, "torch.compile")},
+            "best": {"eager": conf(best_ms, eager, "eager"),
+                     "compile": conf(best_ms, compiled, "torch.compile")}}
+
+
+def doc(rows, gpu="GPU-A", budget=24):
+    return {"meta": {"date": "2026-12-02T10:00:00+00:00", "host": {"gpu": gpu}, "budget": budget,
+                     "seed": 0, "policy": "mcts", "wall_s": 100.0, "versions": {}},
+            "rows": rows}
+
+
+def test_figures_are_ratios_of_the_confirmed_times():
+    f = suite_table.figures(row("a", best_ms=1.0, default_ms=2.0, eager=4.0, compiled=2.5))
+    assert (f["vs_eager"], f["vs_compile"], f["of_floor"]) == (4.0, 2.5, 1.0)
+
+
+def test_a_failed_confirmation_has_no_best_time():
+    r = row("a", 1.0, 2.0)
+    r["best"] = {m: conf(None, None, "eager", ok=False) for m in ("eager", "compile")}
+    assert suite_table.figures(r)["best_ms"] is None
+    assert "failed" in suite_table.markdown(doc([r]))
+
+
+def test_summary_counts_memory_bound_ops_against_the_floor_target():
+    rows = [row("near", 1.1, 2.0), row("far", 1.5, 2.0), row("mm", 3.0, 3.0, cls="contraction")]
+    text = "\n".join(suite_table.summary_lines(doc(rows)))
+    assert "within 1.15x of the floor: 1 of 2 (missed: far)" in text
+
+
+def test_merge_keeps_rows_in_order_and_refuses_mixed_gpus():
+    merged = suite_table.merge([doc([row("a", 1, 2)]), doc([row("b", 1, 2)], budget=40)])
+    assert [r["op"] for r in merged["rows"]] == ["a", "b"] and merged["meta"]["budget"] == "24/40"
+    with pytest.raises(ValueError, match="different GPUs"):
+        suite_table.merge([doc([row("a", 1, 2)]), doc([row("b", 1, 2)], gpu="GPU-B")])
+
+
+def test_store_genomes_keeps_winners_and_skips_where_the_default_was_faster(tmp_path):
+    genomes = tmp_path / "genomes"
+    genomes.mkdir()
+    (genomes / "a.json").write_text(json.dumps({"c": {"cpu": {"genome": {"x": 1}}}}))
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps(doc([row("a", 1.0, 2.0, genome={"BLOCK": 128}),
+                                     row("b", 2.0, 1.0)])))
+    suite_table.store_genomes(suite, genomes)
+    a = json.loads((genomes / "a.json").read_text())
+    assert a["c"]["cpu"]["genome"] == {"x": 1}  # other backends' entries are kept
+    assert a["triton"]["cuda"]["genome"] == {"BLOCK": 128}
+    assert a["triton"]["cuda"]["speedup"] == 2.0 and a["triton"]["cuda"]["baseline"] == "torch.compile"
+    assert not (genomes / "b.json").exists()
