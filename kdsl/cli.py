@@ -90,6 +90,8 @@ def _search_options(p, compare: bool = False) -> None:
     p.add_argument("--replay-from", help="(--llm replay) the run whose exchanges to replay")
     p.add_argument("--no-priors", action="store_true",
                    help="ignore what earlier runs learned about operator weights")
+    p.add_argument("--no-stored", action="store_true",
+                   help="start from the backend's defaults, not the best genome in specs/genomes/")
 
 
 def main(argv=None) -> int:

@@ -30,6 +30,7 @@ def settings_from(args, policy: str, seed: int) -> SearchSettings:
                           llm=resolve_mode(args.llm), model=args.model,
                           max_llm_calls=args.max_llm_calls, llm_repairs=args.llm_repairs,
                           replay_from=args.replay_from, use_priors=not args.no_priors,
+                          use_stored=not args.no_stored,
                           eval=EvalConfig(device=args.device))
 
 

@@ -82,7 +82,8 @@ def compare(args) -> int:
                 store = RunStore.open(run_dir)  # already done: reuse it (compare is resumable)
             else:
                 settings = settings_from(args, policy, seed)
-                settings.use_priors = False  # every run on equal terms, whatever was learned
+                # every run on equal terms, whatever was learned or stored before
+                settings.use_priors = settings.use_stored = False
                 store, _ = runs.start(settings, run_dir, cache, QuietDisplay())
             curve = lineage.best_so_far(store.nodes)
             curves[policy][seed] = curve

@@ -168,7 +168,8 @@ class SummaryWriter:
 def _engine(settings: SearchSettings, op: ir.Op, store: RunStore, cache_path,
             display: Display | None, executor=None):
     spaces, languages = spaces_for(op, settings.backends, settings.device)
-    ctx = Context(spaces=spaces, starts=starting_points(op, spaces, settings.device))
+    ctx = Context(spaces=spaces, starts=starting_points(op, spaces, settings.device,
+                                                          stored=settings.use_stored))
     operators = OperatorSet.default()
     from .llm.setup import configure
     session = configure(settings, op, ctx, operators, languages, store.root)

@@ -31,6 +31,7 @@ class SearchSettings:
     hardware: str | None = None             # knowledge retrieval; None: from the device
     knowledge_path: str | None = None       # learned-knowledge store; None: the default
     use_priors: bool = True                 # weight operators by what earlier runs learned
+    use_stored: bool = True                 # start from specs/genomes/ (else the defaults)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_record(self) -> dict:

@@ -29,11 +29,13 @@ def stored_genome(op: ir.Op, backend: str, device: str) -> dict | None:
     return entry.get("genome") if isinstance(entry, dict) else None
 
 
-def starting_points(op: ir.Op, spaces: dict[str, Space], device: str) -> list[Candidate]:
+def starting_points(op: ir.Op, spaces: dict[str, Space], device: str,
+                    stored: bool = True) -> list[Candidate]:
+    """The stored best genome of each backend (when ``stored``), then its defaults."""
     out: list[Candidate] = []
     for backend in sorted(spaces):
         space = spaces[backend]
-        stored = stored_genome(op, backend, device)
+        stored = stored_genome(op, backend, device) if stored else None
         if stored:
             out.append(Candidate.of(backend, space.complete(stored), origin="stored"))
         default = Candidate.of(backend, space.default(), origin="default")

@@ -72,3 +72,21 @@ def test_summary_names_everything(run_dir):
     s = json.loads((path / "summary.json").read_text())
     assert s["backend"] == "c" and s["device"] == "cpu" and s["evaluations"] == 8
     assert s["versions"]["torch"] and s["best"]["time_ms"] > 0
+
+
+def test_compare_runs_every_policy_and_seed_from_the_defaults(tmp_path):
+    spec = tmp_path / "rmsnorm_small.kspec"
+    spec.write_text(SPEC)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(spec), "--backend", "c", "--policies", "mcts,random",
+                 "--seeds", "0-1", "--budget", "3", "--executor", "inline", "--llm", "off",
+                 "--out", str(out)]) == 0
+    result = json.loads((out / "compare.json").read_text())
+    assert set(result["policies"]) == {"mcts", "random"}
+    for policy in ("mcts", "random"):
+        p = result["policies"][policy]
+        assert len(p["best"]) == 2 and all(b > 0 for b in p["best"]), p
+        for seed in (0, 1):
+            first = runs.RunStore.open(out / f"{policy}-{seed}").nodes[0]
+            assert first["candidate"]["origin"] == "default"
+    assert (out / "compare.png").stat().st_size > 0

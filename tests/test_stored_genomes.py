@@ -55,3 +55,11 @@ def test_stored_genome_is_correct_on_cpu(op_name, backend, device, genome, reque
     # and a search of this op on this backend starts from it
     starts = starting_points(op, {backend: space}, device)
     assert starts[0].genes == space.complete(genome) and starts[0].origin == "stored"
+
+
+def test_a_search_can_start_from_the_defaults_instead():
+    op_name, backend, device, genome = STORED[0]
+    op = spec.load(spec.library_dir() / f"{op_name}.kspec").ops[0]
+    space = backends.get(backend).space(op, "cpu")
+    starts = starting_points(op, {backend: space}, device, stored=False)
+    assert [s.origin for s in starts] == ["default"] and starts[0].genes == space.default()
