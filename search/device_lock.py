@@ -6,8 +6,9 @@ one GPU at once would each measure the other's work. The timing stage therefore
 holds an exclusive lock on the GPU while it times: an advisory ``flock`` on a
 file named after the device's UUID, so pool workers and Ray workers on one host
 share it, and workers pinned to different GPUs never wait for each other.
-The kernel is run once at the bench size before the lock is taken, so Triton's
-just-in-time compilation never happens while others wait.
+For a small bench point the kernel is run once at the bench size before the lock
+is taken, so Triton's just-in-time compilation never happens while others wait;
+a large one holds the lock for the whole stage (``timing.measure`` says why).
 """
 from __future__ import annotations
 

@@ -29,6 +29,8 @@ class EvalConfig:
     baseline: str = "auto"                # 'auto' (compile on cuda, eager on cpu) | 'eager' | 'compile'
     timeout_s: float = 300.0              # wall clock per evaluation, build included
     memory_mb: int = 8192                 # address-space limit of a CPU worker
+    exclusive_bench_bytes: int = 1 << 30  # bench points this big hold the GPU for the whole
+                                          # timing stage, not only its timed runs
 
 
 @dataclass(frozen=True)

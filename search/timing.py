@@ -19,6 +19,8 @@ floor as much as they help the kernel. A candidate faster than
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -228,10 +230,13 @@ def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
         return (lambda: fn(*args)), "eager", f"torch.compile failed ({type(e).__name__}: {first})"
 
 
-def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None) -> BaselineTime:
+def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
+                  hold=contextlib.nullcontext) -> BaselineTime:
     """The baseline's median, once per (op, device, point, dtype, mode) in this process.
 
-    Its inputs are freed once timed, so they do not stay on a shared GPU between jobs."""
+    torch.compile runs before ``hold()`` is entered (the device lock, when the caller
+    does not hold it already); the inputs are freed once timed, so they do not stay on
+    a shared GPU between jobs."""
     import torch
     key = (op.hash, device, tuple(case.sizes.items()), case.dtype, mode, config.warmup,
            config.reps)
@@ -239,7 +244,8 @@ def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None)
         tensors = corr.fresh_inputs(op, case.dtype, case.inputs, device)
         with torch.no_grad():
             run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
-            samples = timer(run, warmup=config.warmup, reps=config.reps)
+            with hold():
+                samples = timer(run, warmup=config.warmup, reps=config.reps)
         del run, tensors
         cache[key] = BaselineTime(statistics.median(samples), name, note)
     return cache[key]
@@ -329,8 +335,11 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
     """Check and time ``kernel`` at the bench point, time the baseline, judge the floor.
 
     ``bandwidth`` is bytes/s, or a callable (device, nbytes) -> bytes/s; measured when None.
-    All of it holds the device alone (``device_lock``): bench-size tensors of several
-    workers at once would not fit one GPU, and their kernels would share its time.
+
+    Timed runs hold the device alone (``device_lock``), so workers never share its time.
+    A bench point of at least ``config.exclusive_bench_bytes`` holds it for the whole
+    stage instead: several workers' copies of such tensors would not fit one GPU. A
+    smaller one sets up, checks and compiles outside the lock, overlapping other workers.
     """
     device = config.device
     point = bench_point(op, device)
@@ -340,12 +349,17 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
     dtype = bench_dtype(op, point, config.bench_dtype)
     case = bench_case(op, point, dtype)
     arts: dict = {"bench": {"sizes": dict(case.sizes), "dtype": dtype}}
-    with device_lock.exclusive(device, arts):
+    whole = traffic_bytes(op, case.sizes, dtype) >= config.exclusive_bench_bytes
+    arts["device_lock"] = "stage" if whole else "timed runs"
+    lock = functools.partial(device_lock.exclusive, device, arts)
+    with lock() if whole else contextlib.nullcontext():
         return _measure_at(op, case, kernel, config, timer or default_timer(device), bandwidth,
-                           BASELINES if baselines is None else baselines, compile_fn, arts)
+                           BASELINES if baselines is None else baselines, compile_fn, arts,
+                           contextlib.nullcontext if whole else lock)
 
 
-def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, arts) -> Timing:
+def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, arts,
+                hold) -> Timing:
     import torch
     device, dtype = config.device, case.dtype
     where = f"bench point {', '.join(f'{k}={v}' for k, v in case.sizes.items())}, {dtype}"
@@ -365,19 +379,20 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
         for t in op.outputs:
             corr.poison(outs[t.name], op.dtype_of(t.name, dtype), 1)
 
-    with torch.no_grad():
+    with hold(), torch.no_grad():
         samples = timer(lambda: kernel(ins, outs, dict(case.sizes)), warmup=config.warmup,
                         reps=config.reps, setup=repoison)
     base = time_baseline(op, case, device, baseline_mode(config), config, timer, cache,
-                         compile_fn)
+                         compile_fn, hold)
     time_ms = statistics.median(samples)
     nbytes = traffic_bytes(op, case.sizes, dtype, case.inputs)
-    bw = bandwidth(device, nbytes) if callable(bandwidth) else \
-        bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes)
-    suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
-    if suspect and bandwidth is None:  # rule out a copy that was slow by bad luck: measure again
-        bw = copy_bandwidth(device, nbytes, fresh=True)
+    with hold():
+        bw = bandwidth(device, nbytes) if callable(bandwidth) else \
+            bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes)
         suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
+        if suspect and bandwidth is None:  # a copy slow by bad luck? measure it again
+            bw = copy_bandwidth(device, nbytes, fresh=True)
+            suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
     corr.sync(device)
     message, _ = bench_judge(op, case, ins, outs, ref, 1, device)
     if message:

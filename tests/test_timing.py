@@ -1,6 +1,7 @@
 """The timing stage with fake timers and clocks: medians, the baseline cache, the floor."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -194,3 +195,42 @@ def test_real_cpu_timing_is_positive():
     t = timing.measure(op, softmax_kernel, CONFIG, baselines={})
     assert t.message is None and t.time_ms > 0 and t.baseline_ms > 0
     assert len(t.artifacts["timings_ms"]) == CONFIG.reps
+
+
+class LockSpy:
+    """Stands in for the device lock and says, at any moment, whether it is held."""
+
+    def __init__(self):
+        self.held, self.entries = False, 0
+
+    @contextlib.contextmanager
+    def exclusive(self, device, waited=None):
+        assert not self.held, "the lock was taken twice"
+        self.held, self.entries = True, self.entries + 1
+        try:
+            yield
+        finally:
+            self.held = False
+
+
+@pytest.mark.parametrize("threshold,mode", [(1 << 40, "timed runs"), (0, "stage")])
+def test_the_device_lock_covers_timed_runs_or_the_whole_stage(monkeypatch, threshold, mode):
+    spy = LockSpy()
+    monkeypatch.setattr(timing.device_lock, "exclusive", spy.exclusive)
+    kernel_calls, timer_calls = [], []
+
+    def kernel(inputs, outputs, sizes):
+        kernel_calls.append(spy.held)
+        softmax_kernel(inputs, outputs, sizes)
+
+    class Timer(FakeTimer):
+        def __call__(self, fn, warmup, reps, setup=None):
+            timer_calls.append(spy.held)
+            return super().__call__(fn, warmup, reps, setup)
+
+    config = dataclasses.replace(CONFIG, exclusive_bench_bytes=threshold)
+    t = timing.measure(softmax_op(), kernel, config, timer=Timer([1.0] * 5, [2.0] * 5),
+                       bandwidth=1e9, baselines={})
+    assert t.message is None and t.artifacts["device_lock"] == mode
+    assert timer_calls == [True, True]  # the kernel's and the baseline's timed runs
+    assert kernel_calls[0] is (mode == "stage")  # the bench-size check and its compile
