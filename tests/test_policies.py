@@ -124,3 +124,21 @@ def test_parallel_proposals_are_distinct_nodes():
     pol.observe([(p.node, 1.0) for p in batch])
     with pytest.raises(ValueError):
         pol.observe([(batch[0].node, 1.0)])
+
+
+def test_max_backup_values_a_subtree_by_its_best_kernel():
+    def grown(backup):
+        pol = MCTS(seed=0, starts=0, c=0.0, backup=backup)
+        t = pol.tree
+        a = t.add((ROOT,))
+        t.observe(a.id, 4.0)                   # a fast kernel...
+        b = t.add((a.id,))
+        t.observe(b.id, 0.0)                   # ...whose child failed
+        return pol, a
+    mean, a_mean = grown("mean")
+    best, a_best = grown("max")
+    assert a_best.best == 4.0 and a_best.visits == 2
+    assert mean.ucb(2, a_mean) == pytest.approx((4.0 + 0.0) / 2 / 4.0)
+    assert best.ucb(2, a_best) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="backup"):
+        MCTS(backup="median")

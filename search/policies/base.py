@@ -33,6 +33,7 @@ class TreeNode:
     reward: float | None = None   # None while pending
     visits: int = 0               # pending proposals below count (virtual loss)
     total: float = 0.0            # sum of rewards observed below (itself included)
+    best: float = 0.0             # the highest reward observed below (itself included)
 
 
 class Tree:
@@ -68,6 +69,7 @@ class Tree:
         node.reward = float(reward)
         for a in self.path(node_id):
             self.nodes[a].total += node.reward
+            self.nodes[a].best = max(self.nodes[a].best, node.reward)
         if node.reward > self.best_reward:
             self.best_reward, self.best_node = node.reward, node_id
         bisect.insort(self.ranked, (-node.reward, node_id))

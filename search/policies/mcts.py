@@ -1,7 +1,8 @@
 """Monte-Carlo tree search (UCT) over the candidate tree.
 
 Selection descends from the root by UCB1 on rewards normalized by the best
-seen so far (so the exploration constant does not depend on the speedup
+seen so far (a subtree's value is its mean reward, or with ``backup='max'`` its
+best one) (so the exploration constant does not depend on the speedup
 scale); a node may have at most ceil(k * visits**alpha) children (progressive
 widening), so a node is not expanded forever and the root keeps drafting
 fresh samples as the tree grows. Pending proposals count as visits with
@@ -19,9 +20,12 @@ class MCTS(Policy):
     name = "mcts"
 
     def __init__(self, seed=0, starts=1, c: float = 0.7, draft: int = 4, k: float = 1.0,
-                 alpha: float = 0.5, crossover: float = 0.15):
+                 alpha: float = 0.5, crossover: float = 0.15, backup: str = "mean"):
         super().__init__(seed, starts)
+        if backup not in ("mean", "max"):
+            raise ValueError(f"backup must be 'mean' or 'max', not {backup!r}")
         self.c, self.draft_n, self.k, self.alpha, self.p_cross = c, draft, k, alpha, crossover
+        self.backup = backup
         self.drafted = 0
 
     def allowed_children(self, visits: int) -> int:
@@ -31,7 +35,10 @@ class MCTS(Policy):
         if child.visits == 0:
             return math.inf
         best = self.tree.best_reward or 1.0
-        q = child.total / child.visits / best
+        # mean: how good the subtree is on average; max: the best kernel it holds (a search
+        # for one fast kernel cares about the latter)
+        value = child.best if self.backup == "max" else child.total / child.visits
+        q = value / best
         return q + self.c * math.sqrt(math.log(max(parent_visits, 1)) / child.visits)
 
     def choose(self) -> Proposal:
