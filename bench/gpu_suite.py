@@ -49,15 +49,8 @@ class Kept:
 
 def footprint_bytes(op, point, dtype: str) -> int:
     """Every input and output at the bench point, whole (gathered tables included)."""
-    from kdsl import dtypes
-    from kdsl.sizes import shape_of
-    total = 0
-    for t in (*op.inputs, *op.outputs):
-        n = 1
-        for d in shape_of(op, t.name, point.size_dict()):
-            n *= d
-        total += n * dtypes.ITEMSIZE[op.dtype_of(t.name, dtype)]
-    return total
+    from kdsl.search.timing import traffic_bytes
+    return traffic_bytes(op, point.size_dict(), dtype)
 
 
 def workers_for(op, point, dtype: str, wanted: int) -> int:

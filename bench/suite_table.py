@@ -128,7 +128,8 @@ def merge(docs: list[dict]) -> dict:
     if len(gpus) > 1:
         raise ValueError(f"suite runs from different GPUs: {', '.join(sorted(map(str, gpus)))}")
     meta = dict(docs[0]["meta"])
-    meta["date"] = " to ".join(sorted({d["meta"]["date"] for d in docs})[::max(1, len(docs) - 1)])
+    dates = sorted({d["meta"]["date"] for d in docs})
+    meta["date"] = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
     meta["budget"] = "/".join(str(b) for b in sorted({d["meta"]["budget"] for d in docs}))
     meta["wall_s"] = sum(d["meta"].get("wall_s") or 0 for d in docs) or None
     meta["parts"] = [d["meta"] for d in docs]

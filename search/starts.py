@@ -35,9 +35,9 @@ def starting_points(op: ir.Op, spaces: dict[str, Space], device: str,
     out: list[Candidate] = []
     for backend in sorted(spaces):
         space = spaces[backend]
-        stored = stored_genome(op, backend, device) if stored else None
-        if stored:
-            out.append(Candidate.of(backend, space.complete(stored), origin="stored"))
+        genome = stored_genome(op, backend, device) if stored else None
+        if genome:
+            out.append(Candidate.of(backend, space.complete(genome), origin="stored"))
         default = Candidate.of(backend, space.default(), origin="default")
         if default not in out:
             out.append(default)

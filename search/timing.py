@@ -164,31 +164,38 @@ def gathered_by(op: ir.Op) -> dict[str, str]:
 _BANDWIDTH: dict[tuple, float] = {}
 
 
-def copy_bandwidth(device: str, nbytes: int, fresh: bool = False) -> float:
+def copy_bandwidth(device: str, nbytes: int, fresh: bool = False,
+                   hold=contextlib.nullcontext) -> float:
     """Bytes per second a plain copy moves (read + write), measured once per process and size.
 
     On CPU the faster of numpy's single-threaded memcpy and torch's threaded copy: a
     threaded copy stalls on a busy machine, a single thread undersells a big one.
     """
-    import numpy as np
-    import torch
     if device == "cuda":
         key, moved = ("cuda",), CUDA_COPY_BYTES
     else:
         moved = min(max(1 << max(nbytes - 1, 1).bit_length(), 1 << 20), 1 << 29)
         key = ("cpu", moved)
     if fresh or key not in _BANDWIDTH:
-        src = torch.ones(moved // 2, dtype=torch.uint8, device=device)
-        dst = torch.empty_like(src)
-        if device == "cuda":
-            best_ms = min(CudaTimer(flush_bytes=0)(lambda: dst.copy_(src), warmup=2, reps=5))
-        else:
-            reps = max(5, min(50, (1 << 27) // moved))
-            a, b = src.numpy(), dst.numpy()
-            best_ms = min(min(CpuTimer()(lambda: dst.copy_(src), warmup=2, reps=reps)),
-                          min(CpuTimer()(lambda: np.copyto(b, a), warmup=2, reps=reps)))
-        _BANDWIDTH[key] = max(_BANDWIDTH.get(key, 0.0), moved / (best_ms / 1e3))
+        with hold():  # the device lock, when measuring (a cached figure needs none)
+            _BANDWIDTH[key] = max(_BANDWIDTH.get(key, 0.0), _measure_copy(device, moved))
     return _BANDWIDTH[key]
+
+
+def _measure_copy(device: str, moved: int) -> float:
+    """Bytes per second of one copy of ``moved`` bytes (read + write), best of a few."""
+    import numpy as np
+    import torch
+    src = torch.ones(moved // 2, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    if device == "cuda":
+        best_ms = min(CudaTimer(flush_bytes=0)(lambda: dst.copy_(src), warmup=2, reps=5))
+    else:
+        reps = max(5, min(50, (1 << 27) // moved))
+        a, b = src.numpy(), dst.numpy()
+        best_ms = min(min(CpuTimer()(lambda: dst.copy_(src), warmup=2, reps=reps)),
+                      min(CpuTimer()(lambda: np.copyto(b, a), warmup=2, reps=reps)))
+    return moved / (best_ms / 1e3)
 
 
 # ---- the baseline ----------------------------------------------------------
@@ -386,13 +393,12 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
                          compile_fn, hold)
     time_ms = statistics.median(samples)
     nbytes = traffic_bytes(op, case.sizes, dtype, case.inputs)
-    with hold():
-        bw = bandwidth(device, nbytes) if callable(bandwidth) else \
-            bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes)
+    bw = bandwidth(device, nbytes) if callable(bandwidth) else \
+        bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes, hold=hold)
+    suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
+    if suspect and bandwidth is None:  # rule out a copy that was slow by bad luck: measure again
+        bw = copy_bandwidth(device, nbytes, fresh=True, hold=hold)
         suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
-        if suspect and bandwidth is None:  # a copy slow by bad luck? measure it again
-            bw = copy_bandwidth(device, nbytes, fresh=True)
-            suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
     corr.sync(device)
     message, _ = bench_judge(op, case, ins, outs, ref, 1, device)
     if message:

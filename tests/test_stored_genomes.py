@@ -63,3 +63,14 @@ def test_a_search_can_start_from_the_defaults_instead():
     space = backends.get(backend).space(op, "cpu")
     starts = starting_points(op, {backend: space}, device, stored=False)
     assert [s.origin for s in starts] == ["default"] and starts[0].genes == space.default()
+
+
+def test_each_backend_finds_its_own_stored_genome():
+    # rmsnorm stores a triton/cuda genome but no c/cuda one; the backend sorted first
+    # (c) having none must not hide the one after it
+    op = spec.load(spec.library_dir() / "rmsnorm.kspec").ops[0]
+    spaces = {"c": backends.get("c").space(op, "cpu"),
+              "triton": backends.get("triton").space(op, "cuda")}
+    starts = starting_points(op, spaces, "cuda")
+    assert [(s.backend, s.origin) for s in starts] == [
+        ("c", "default"), ("triton", "stored"), ("triton", "default")]

@@ -1,9 +1,8 @@
 """Monte-Carlo tree search (UCT) over the candidate tree.
 
 Selection descends from the root by UCB1 on rewards normalized by the best
-seen so far (a subtree's value is its mean reward, or with ``backup='max'`` its
-best one) (so the exploration constant does not depend on the speedup
-scale); a node may have at most ceil(k * visits**alpha) children (progressive
+seen so far, so the exploration constant does not depend on the speedup scale
+(a subtree's value is its mean reward, or with ``backup='max'`` its best one); a node may have at most ceil(k * visits**alpha) children (progressive
 widening), so a node is not expanded forever and the root keeps drafting
 fresh samples as the tree grows. Pending proposals count as visits with
 reward 0 (virtual loss), which spreads parallel proposals apart. Ties break
