@@ -219,9 +219,10 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
     d: dict = {}
     if plan.static_column and plan.inner is None and cols <= 8:
         # a short window (pooling): a scalar loop over it, many outputs per program
-        # (H200, max_pool1d bf16: 0.21 ms against 0.28 ms for a [512, 4] one-pass tile)
-        return {"reduce": "looped", "BLOCK_C": 1, "BLOCK_R": _pick(ROWS, min(_np2(rows), 1024)),
-                "num_warps": 4}
+        # (H200, max_pool1d bf16: 0.21 ms against 0.28 ms for a [512, 4] one-pass tile),
+        # unrolled so the window's loads are in flight together
+        return {"reduce": "unrolled" if "unrolled" in strategies else "looped", "BLOCK_C": 1,
+                "BLOCK_R": _pick(ROWS, min(_np2(rows), 1024)), "num_warps": 4}
     if "onepass" in strategies and _np2(cols) <= 8192:
         d["reduce"] = "onepass"
         tile_c = _np2(cols)
@@ -231,6 +232,14 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
         d["reduce"] = "online" if "online" in strategies else "looped"
         tile_c = d["BLOCK_C"] = _pick(COLS, min(_np2(cols), 4096))
         d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), max(1, 4096 // tile_c)))
+    elif "cached" in strategies:  # a segment read and written back: keep it in registers
+        # (bench segments average 64 rows with an exponential tail: a 256-row tile holds
+        # 98% of them, so only the longest are read twice)
+        d["reduce"] = "cached"
+        d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), 32))
+        d["BLOCK_C"] = 256
+        d["num_warps"] = 8
+        return d
     else:  # segments: the whole row axis per program, chunks along the segment
         d["reduce"] = "online" if "online" in strategies else "looped"
         d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), 256))

@@ -186,7 +186,8 @@ def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],
     lines.append(f"    n = {programs(plan, split)}")
     lines.append("    if n <= 0:")
     lines.append("        return")
-    lines.append(f"    fn[(n,)](*args, BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, "
+    ncol = f"NCOL={col}, " if genome.get("reduce") == "unrolled" and col else ""
+    lines.append(f"    fn[(n,)](*args, BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, {ncol}"
                  f"num_warps={warps}, num_stages={stages})")
     return lines
 

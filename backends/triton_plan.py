@@ -68,6 +68,7 @@ class Plan:
     store_groups: tuple[tuple[int, str], ...] = ()  # per store: (group, 'values'|'indices')
 
     static_column: bool = False  # reductions and the inner axis share one static range
+    shared_column: bool = False  # ... share one range, static or not (a segment)
 
     @property
     def onepass(self) -> bool:
@@ -139,10 +140,11 @@ def make_plan(op: ir.Op) -> Plan:
 
     axes = tuple((n, shape[n]) for n in rows)
     static = _static_column(op, rvs, column if inner is not None else None)
+    shared = _shared_column(rvs, column if inner is not None else None) is not None
     if kind == "rows" and inner is None and rvs:
         column = _flat_range(rvs[0])
     return Plan(kind, axes[:-1], axes[-1] if axes else None, inner, column, rvs, stores,
-                _fusable(rvs), static_column=static)
+                _fusable(rvs), static_column=static, shared_column=shared)
 
 
 def _segment_index(op: ir.Op, main: ir.Statement):
@@ -196,17 +198,24 @@ def flat_extent(ranges) -> ir.Expr:
     return ext
 
 
-def _static_column(op, rvs, column) -> bool:
-    """All reductions (and the inner axis) share one static range."""
+def _shared_column(rvs, column):
+    """The ranges that all reductions (and the inner axis) share, or None."""
     ranges = {v.ranges for v in rvs}
     if column is not None:
         ranges.add((column,))
     if len(ranges) != 1:
-        return False
+        return None
     (only,) = ranges
     if len(only) > 1 and column is not None:
-        return False
-    return all(is_static(lo, op.dims) and is_static(hi, op.dims) for lo, hi in only)
+        return None
+    return only
+
+
+def _static_column(op, rvs, column) -> bool:
+    """All reductions (and the inner axis) share one static range."""
+    only = _shared_column(rvs, column)
+    return only is not None and all(is_static(lo, op.dims) and is_static(hi, op.dims)
+                                    for lo, hi in only)
 
 
 def _fusable(rvs: tuple[RowValue, ...]) -> tuple[Fused, ...]:

@@ -12,6 +12,13 @@ outputs. The column axis is walked in one of three ways (the ``reduce`` gene):
   (scans carry their running total from chunk to chunk).
 - ``online``: looped, with max+sum(exp(x - max)) (softmax) and mean+variance
   (Welford) fused into one pass each.
+- ``cached``: for a segment (a data-dependent column) that reductions read and outputs
+  write back: when the segment fits one ``BLOCK_C`` tile it is loaded once and kept in
+  registers (one-pass); a longer one takes the looped/online path.
+- ``unrolled``: looped over a static column whose extent the launcher passes as the
+  constexpr ``NCOL``, so the loop unrolls and every chunk's loads are in flight at once
+  (a pooling window of 3 is otherwise three dependent round trips to memory). One
+  compile per distinct extent.
 
 Pointwise ops (no reduction, scan or sort) tile the column across programs.
 """
@@ -35,7 +42,23 @@ IDENT = {("sum", "float"): "0.0", ("sum", "int"): "0", ("prod", "float"): "1.0",
 def strategies(plan: Plan) -> tuple[str, ...]:
     out = ("onepass",) if plan.onepass else ()
     out += ("looped",)
-    return out + (("online",) if plan.fused else ())
+    out += ("online",) if plan.fused else ()
+    out += ("cached",) if cacheable(plan) else ()
+    return out + (("unrolled",) if unrollable(plan) else ())
+
+
+def cacheable(plan: Plan) -> bool:
+    """A segment shared by every reduction and the written-back inner axis: one load of it
+    can serve every pass when it fits a tile."""
+    return plan.kind == "rows" and plan.shared_column and not plan.static_column \
+        and plan.inner is not None and bool(plan.row_values)
+
+
+def unrollable(plan: Plan) -> bool:
+    """One static column shared by every reduction and no inner axis: its extent can be a
+    compile-time constant."""
+    return plan.kind == "rows" and plan.static_column and plan.inner is None \
+        and bool(plan.row_values)
 
 
 class RowKernel:
@@ -56,9 +79,12 @@ class RowKernel:
                 store(em, gen, st.tensor, st.indices, gen(st.value))
         elif self.strategy == "onepass":
             self.onepass()
+        elif self.strategy == "cached":
+            self.cached()
         else:
             self.looped()
-        return jit_function(self.name, self.op, ["BLOCK_R", "BLOCK_C"], em.lines)
+        constexprs = ["BLOCK_R", "BLOCK_C"] + (["NCOL"] if self.strategy == "unrolled" else [])
+        return jit_function(self.name, self.op, constexprs, em.lines)
 
     def onepass(self) -> None:
         plan, gen = self.plan, self.gen
@@ -71,6 +97,23 @@ class RowKernel:
             gen.scan = lambda e: self.scan_tile(e, mk)
             for st in plan.stores:
                 store(self.em, gen, st.tensor, st.indices, gen(st.value))
+
+    def cached(self) -> None:
+        """One-pass when the segment fits a BLOCK_C tile, else the looped (online) passes."""
+        em, gen = self.em, self.gen
+        lo, hi = gen(self.plan.column[0]), gen(self.plan.column[1])
+        n = gen.binary("-", hi, lo)
+        longest = f"tl.max({n.code})" if n.axes else n.code
+        env, masks = dict(gen.env), dict(gen.masks)
+        with em.block(f"if {longest} <= BLOCK_C:"):
+            self.onepass()
+        gen.env, gen.masks = dict(env), dict(masks)
+        self.strategy = "online" if self.plan.fused else "looped"
+        try:
+            with em.block("else:"):
+                self.looped()
+        finally:
+            self.strategy = "cached"
 
     def looped(self) -> None:
         plan, em, gen = self.plan, self.em, self.gen
@@ -127,7 +170,9 @@ class RowKernel:
             yield from self._bind(ranges, k, mk, count)
             return
         s = em.name("s")
-        if vector:
+        if self.strategy == "unrolled" and not vector:
+            header, start = f"for {s} in tl.static_range(0, NCOL, BLOCK_C):", f"{lo.code} + {s}"
+        elif vector:
             length = em.let(f"tl.max({hi.code} - {lo.code})", "int")
             header, start = f"for {s} in range(0, {length.code}, BLOCK_C):", f"{lo.code} + {s}"
         else:
