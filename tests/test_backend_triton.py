@@ -313,6 +313,35 @@ def test_jagged_outputs_are_enumerated_by_segment():
     assert plan.inner == "i" and not plan.onepass
 
 
+def test_short_static_windows_unroll_and_segments_cache():
+    from kdsl.backends.triton_plan import make_plan
+    from kdsl.backends.triton_rows import strategies
+    lib = _library()
+    assert "unrolled" in strategies(make_plan(_load(lib["max_pool1d"])))
+    assert "cached" in strategies(make_plan(_load(lib["jagged_softmax"])))
+    # a static row already fits onepass; a segment sum writes nothing back to cache for
+    assert "cached" not in strategies(make_plan(_load(lib["softmax"])))
+    assert "cached" not in strategies(make_plan(_load(lib["embedding_bag_sum"])))
+    be = get("triton")
+    pool = be.render(_load(lib["max_pool1d"]), {"reduce": "unrolled"}, "cuda")
+    assert "tl.static_range(0, NCOL, BLOCK_C)" in pool and "NCOL=max(d_KW - 0, 1)" in pool
+    jag = be.render(_load(lib["jagged_softmax"]), {"reduce": "cached"}, "cuda")
+    fits, rest = jag.split("    else:\n", 1)
+    assert "<= BLOCK_C:" in fits and fits.count("tl.load(p_values") == 1  # one read if it fits
+    assert rest.count("tl.load(p_values") == 2  # online: a max+sum pass, then the write pass
+
+
+@pytest.mark.slow
+def test_cached_segments_take_both_branches_correctly():
+    """Chunks of 4 rows: most test segments are longer, some fit; both paths must agree."""
+    genome = {"reduce": "cached", "BLOCK_C": 4, "BLOCK_R": 128, "num_warps": 2}
+    proc = subprocess.run([sys.executable, "-m", "kdsl", "eval", str(SPECS / "jagged_softmax.kspec"),
+                           "--backend", "triton", "--device", "cpu",
+                           "--genome", json.dumps(genome)],
+                          capture_output=True, text=True, timeout=600, env=_env(False))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("name", _covered())
 def test_every_genome_in_the_space_renders(name):
     be = get("triton")

@@ -71,3 +71,16 @@ def test_store_genomes_keeps_winners_and_skips_where_the_default_was_faster(tmp_
     assert a["triton"]["cuda"]["genome"] == {"BLOCK": 128}
     assert a["triton"]["cuda"]["speedup"] == 2.0 and a["triton"]["cuda"]["baseline"] == "torch.compile"
     assert not (genomes / "b.json").exists()
+
+
+def test_store_genomes_drops_a_stored_genome_that_the_default_now_beats(tmp_path):
+    genomes = tmp_path / "genomes"
+    genomes.mkdir()
+    (genomes / "b.json").write_text(json.dumps({"triton": {"cuda": {"genome": {"old": 1}}}}))
+    (genomes / "c.json").write_text(json.dumps({"c": {"cpu": {"genome": {"x": 1}}},
+                                                "triton": {"cuda": {"genome": {"old": 1}}}}))
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps(doc([row("b", 2.0, 1.0), row("c", 2.0, 1.0)])))
+    suite_table.store_genomes(suite, genomes)
+    assert not (genomes / "b.json").exists()  # nothing else was stored for b
+    assert json.loads((genomes / "c.json").read_text()) == {"c": {"cpu": {"genome": {"x": 1}}}}
