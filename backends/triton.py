@@ -232,14 +232,6 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
         d["reduce"] = "online" if "online" in strategies else "looped"
         tile_c = d["BLOCK_C"] = _pick(COLS, min(_np2(cols), 4096))
         d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), max(1, 4096 // tile_c)))
-    elif "cached" in strategies:  # a segment read and written back: keep it in registers
-        # (bench segments average 64 rows with an exponential tail: a 256-row tile holds
-        # 98% of them, so only the longest are read twice)
-        d["reduce"] = "cached"
-        d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), 32))
-        d["BLOCK_C"] = 256
-        d["num_warps"] = 8
-        return d
     else:  # segments: the whole row axis per program, chunks along the segment
         d["reduce"] = "online" if "online" in strategies else "looped"
         d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), 256))
