@@ -225,12 +225,21 @@ def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
     args = [tensors[n] for n in names]
     if mode == "eager":
         return (lambda: fn(*args)), "eager", ""
+    graphs = None
     try:
         if compile_fn is None:
             import torch
+            from torch._dynamo.utils import counters
             compile_fn = torch.compile
+            graphs = lambda: counters["stats"]["unique_graphs"]  # noqa: E731
+        before = graphs() if graphs else 0
         compiled = compile_fn(fn)
         compiled(*args)  # compiles now, so a failure falls back here and not mid-timing
+        if graphs and graphs() == before:
+            # dynamo can skip a frame without raising (a limit, a disabled config): the
+            # "compiled" function then runs eagerly and must not be reported as compiled
+            return ((lambda: compiled(*args)), "eager",
+                    "torch.compile captured no graph, so it ran eagerly")
         return (lambda: compiled(*args)), "torch.compile", ""
     except Exception as e:
         first = (str(e).strip().splitlines() or [""])[0][:200]

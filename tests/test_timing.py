@@ -114,6 +114,17 @@ def test_a_failing_compile_falls_back_to_eager_and_says_so():
     assert "inductor is not available here" in t.artifacts["baseline_fallback"]
 
 
+def test_a_compile_that_captures_no_graph_is_reported_as_eager(monkeypatch):
+    import torch
+    op = load("softmax")
+    sizes = {"M": 4, "N": 8}
+    tensors = {"x": torch.randn(4, 8)}
+    monkeypatch.setattr(torch._dynamo.config, "disable", True)
+    run, name, note = timing.baseline_runner(op, sizes, tensors, "compile")
+    assert name == "eager" and "captured no graph" in note
+    assert torch.allclose(run(), torch.softmax(tensors["x"], dim=1))
+
+
 def test_auto_baseline_is_compile_on_cuda_and_eager_on_cpu():
     assert timing.baseline_mode(CONFIG) == "eager"
     assert timing.baseline_mode(dataclasses.replace(CONFIG, device="cuda")) == "compile"
