@@ -108,16 +108,14 @@ class RowKernel:
         with em.block(f"if {longest} <= BLOCK_C:"):
             self.onepass()
         gen.env, gen.masks = dict(env), dict(masks)
-        self.strategy = "online" if self.plan.fused else "looped"
-        try:
-            with em.block("else:"):
-                self.looped()
-        finally:
-            self.strategy = "cached"
+        with em.block("else:"):
+            self.looped(online=bool(self.plan.fused))
 
-    def looped(self) -> None:
+    def looped(self, online: bool | None = None) -> None:
+        """``online`` fuses max+sum and mean+variance pairs (default: the online strategy)."""
         plan, em, gen = self.plan, self.em, self.gen
-        for ranges, items in self.passes():
+        online = self.strategy == "online" if online is None else online
+        for ranges, items in self.passes(online):
             accs = [self.init(item) for item in items]
             with self.column(ranges, looped=True) as (k, mk, count):
                 for item, acc in zip(items, accs):
@@ -239,11 +237,11 @@ class RowKernel:
             return self.gen.binary("/", r, count())
         return r
 
-    def passes(self):
+    def passes(self, online: bool):
         """[(ranges, items)]: row values grouped by dependency level and range."""
         plan = self.plan
         names = {rv.name: rv for rv in plan.row_values}
-        fused = {f.second: f for f in plan.fused} if self.strategy == "online" else {}
+        fused = {f.second: f for f in plan.fused} if online else {}
         firsts = {f.first: f for f in fused.values()}
         level: dict[str, int] = {}
         for rv in plan.row_values:
