@@ -155,8 +155,12 @@ def _genes(plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], dict]:
                 all(w == "values" for _, w in plan.store_groups):
             genes.append(Gene("sort", ("network", "tl.sort"), False,
                               "kdsl's bitonic network or triton's tl.sort"))
+        genes.append(Gene("network", ("reshape", "hypercube"), False,
+                          "the bitonic network's partner exchange: a reshape and sum per "
+                          "stage, or one reshape to a hypercube and an xor per stage"))
         cols = _np2(_extent(plan.column, bench))  # H200, 1024 i64 keys: 8 warps best
-        d.update(BLOCK_R=1, num_warps=_pick(WARPS, max(1, cols // 128)))
+        # the hypercube network compiles to fewer registers (sm_90 top-k: 48 against 60)
+        d.update(BLOCK_R=1, num_warps=_pick(WARPS, max(1, cols // 128)), network="hypercube")
     elif plan.kind == "pointwise":
         if plan.row_axis is not None:
             genes.append(Gene("BLOCK_R", ROWS[:7], True, "rows per program"))

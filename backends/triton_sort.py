@@ -11,7 +11,11 @@ carries the index payload and behaves the same on every Triton version;
 ``tl.sort`` is offered for a values-only sort.
 
 Genes: ``topk`` = 'bitonic' (sort chunks of next_pow2(K), then halve by
-pairwise minima, O(N log^2 K)) or 'select' (K rounds of row min).
+pairwise minima, O(N log^2 K)) or 'select' (K rounds of row min); ``network``
+= 'reshape' (each compare-and-swap reshapes the tile to [outer, 2, inner] and
+sums out the partner) or 'hypercube' (the tile is reshaped once to [2] * log2
+of its size and each partner is an xor over one axis, the form of triton's own
+``tl.sort``, here carrying the index payload too).
 """
 from __future__ import annotations
 
@@ -122,10 +126,107 @@ def _kd_halve(k, v, width: tl.constexpr, log_k: tl.constexpr, rows: tl.constexpr
     return tl.reshape(k, [rows, width // 2]), tl.reshape(v, [rows, width // 2])
 '''
 
+# The same networks on a hypercube: the tile is reshaped once to [2] * log2(numel), so
+# every compare-and-swap partner lies along one axis of size 2, found by an xor
+# reduction over that axis (a register move or a lane shuffle, never a relayout
+# through shared memory, which the per-stage reshapes above may cost).
+HYPERCUBE = '''
+@triton.jit
+def _kd_hc_side(n_dims: tl.constexpr, j: tl.constexpr):
+    # 0 on the left, 1 on the right of axis j (counted from the innermost)
+    return tl.reshape(tl.arange(0, 2), [1] * (n_dims - j - 1) + [2] + [1] * j)
+
+
+@triton.jit
+def _kd_hc_cas(k, v, flip, j: tl.constexpr, n_dims: tl.constexpr):
+    ky = k ^ tl.xor_sum(k, n_dims - 1 - j, True)
+    vy = v ^ tl.xor_sum(v, n_dims - 1 - j, True)
+    gt = (k > ky) | ((k == ky) & (v > vy))
+    swap = gt != ((flip ^ _kd_hc_side(n_dims, j)) != 0)
+    return tl.where(swap, ky, k), tl.where(swap, vy, v)
+
+
+@triton.jit
+def _kd_hc_cas1(k, flip, j: tl.constexpr, n_dims: tl.constexpr):
+    ky = k ^ tl.xor_sum(k, n_dims - 1 - j, True)
+    swap = (k > ky) != ((flip ^ _kd_hc_side(n_dims, j)) != 0)
+    return tl.where(swap, ky, k)
+
+
+@triton.jit
+def _kd_hc_flip(stage: tl.constexpr, order: tl.constexpr, n_dims: tl.constexpr):
+    # order 0: ascending; 2: alternating runs of 2**stage
+    if order == 2:
+        return _kd_hc_side(n_dims, stage)
+    else:
+        return tl.zeros([1] * n_dims, tl.int32)
+
+
+@triton.jit
+def _kd_hc_merge(k, v, stage: tl.constexpr, order: tl.constexpr, n_dims: tl.constexpr):
+    flip = _kd_hc_flip(stage, order, n_dims)
+    for i in tl.static_range(stage):
+        k, v = _kd_hc_cas(k, v, flip, stage - 1 - i, n_dims)
+    return k, v
+
+
+@triton.jit
+def _kd_hc_merge1(k, stage: tl.constexpr, order: tl.constexpr, n_dims: tl.constexpr):
+    flip = _kd_hc_flip(stage, order, n_dims)
+    for i in tl.static_range(stage):
+        k = _kd_hc_cas1(k, flip, stage - 1 - i, n_dims)
+    return k
+
+
+@triton.jit
+def _kd_hc_sort_pairs(k, v, log_r: tl.constexpr, log_n: tl.constexpr):
+    if log_n > 0:
+        hk = tl.reshape(k, [2] * (log_r + log_n))
+        hv = tl.reshape(v, [2] * (log_r + log_n))
+        for i in tl.static_range(1, log_n + 1):
+            hk, hv = _kd_hc_merge(hk, hv, i, 2 if i < log_n else 0, log_r + log_n)
+        k = tl.reshape(hk, k.shape)
+        v = tl.reshape(hv, v.shape)
+    return k, v
+
+
+@triton.jit
+def _kd_hc_sort_keys(k, log_r: tl.constexpr, log_n: tl.constexpr):
+    if log_n > 0:
+        h = tl.reshape(k, [2] * (log_r + log_n))
+        for i in tl.static_range(1, log_n + 1):
+            h = _kd_hc_merge1(h, i, 2 if i < log_n else 0, log_r + log_n)
+        k = tl.reshape(h, k.shape)
+    return k
+
+
+@triton.jit
+def _kd_hc_topk_pairs(k, v, log_r: tl.constexpr, log_n: tl.constexpr, log_k: tl.constexpr):
+    # the 2**log_k smallest (key, index) pairs of each row, ascending: sort runs of 2**log_k
+    # in alternating order, then keep the pairwise minima of neighbouring runs (a bitonic
+    # sequence holding the smaller half) and merge it, until one run is left
+    if log_k == 0:
+        k, v = tl.reduce((k, v), 1, _kd_pair_min, keep_dims=True)
+    else:
+        hk = tl.reshape(k, [2] * (log_r + log_n))
+        hv = tl.reshape(v, [2] * (log_r + log_n))
+        for i in tl.static_range(1, log_k + 1):
+            hk, hv = _kd_hc_merge(hk, hv, i, 2 if i < log_n else 0, log_r + log_n)
+        for i in tl.static_range(log_k + 1, log_n + 1):
+            # the hypercube has log_r + log_n + log_k + 1 - i axes here; fold axis log_k
+            hk, hv = tl.reduce((hk, hv), log_r + log_n - i, _kd_pair_min)
+            hk, hv = _kd_hc_merge(hk, hv, log_k, 2 if i < log_n else 0,
+                                  log_r + log_n + log_k - i)
+        k = tl.reshape(hk, [2**log_r, 2**log_k])
+        v = tl.reshape(hv, [2**log_r, 2**log_k])
+    return k, v
+'''
+
 
 class SortKernel:
     def __init__(self, op: ir.Op, plan: Plan, genome: dict, name: str, dtype: str):
         self.op, self.plan, self.genome, self.name = op, plan, genome, name
+        self.hypercube = genome.get("network", "reshape") == "hypercube"
         self.em = Emitter()
         self.gen = ExprGen(self.em, op, {}, {}, dtype)
 
@@ -147,7 +248,9 @@ class SortKernel:
                 self.select(g, key, idx, kind)
             else:
                 ks, vs = em.name("ks"), em.name("vs")
-                em.emit(f"{ks}, {vs} = _kd_topk_pairs({key.code}, {idx.code}, LOG_C, LOG_K, "
+                em.emit(f"{ks}, {vs} = _kd_hc_topk_pairs({key.code}, {idx.code}, LOG_R, LOG_C, "
+                        "LOG_K)" if self.hypercube else
+                        f"{ks}, {vs} = _kd_topk_pairs({key.code}, {idx.code}, LOG_C, LOG_K, "
                         "BLOCK_R)")
                 r = em.let("tl.arange(0, BLOCK_K)[None, :]", "int", frozenset("C"), "r")
                 gen.masks["C"] = em.let(f"{r.code} < {gen(group.k).code}", "bool",
@@ -155,7 +258,7 @@ class SortKernel:
                 self.stores(g, Val(ks, "int", frozenset("RC")), Val(vs, "int", frozenset("RC")),
                             kind, r)
                 gen.masks["C"] = mk
-        constexprs = ["BLOCK_R", "BLOCK_C", "LOG_C", "BLOCK_K", "LOG_K"]
+        constexprs = ["BLOCK_R", "LOG_R", "BLOCK_C", "LOG_C", "BLOCK_K", "LOG_K"]
         return jit_function(self.name, self.op, constexprs, em.lines)
 
     def key(self, group, k: Val, mk: Val) -> tuple[Val, str]:
@@ -207,11 +310,14 @@ class SortKernel:
         em = self.em
         ks, vs = em.name("ks"), em.name("vs")
         if "indices" in wanted:
-            em.emit(f"{ks}, {vs} = _kd_sort_pairs({key.code}, {idx.code}, LOG_C)")
+            em.emit(f"{ks}, {vs} = _kd_hc_sort_pairs({key.code}, {idx.code}, LOG_R, LOG_C)"
+                    if self.hypercube else
+                    f"{ks}, {vs} = _kd_sort_pairs({key.code}, {idx.code}, LOG_C)")
         elif self.genome.get("sort", "network") == "tl.sort":
             em.emit(f"{ks} = tl.sort({key.code}, dim=1)")
         else:
-            em.emit(f"{ks} = _kd_sort_keys({key.code}, LOG_C)")
+            em.emit(f"{ks} = _kd_hc_sort_keys({key.code}, LOG_R, LOG_C)" if self.hypercube
+                    else f"{ks} = _kd_sort_keys({key.code}, LOG_C)")
         self.stores(g, Val(ks, "int", frozenset("RC")), Val(vs, "int", frozenset("RC")), kind, k)
 
     def select(self, g, key: Val, idx: Val, kind: str) -> None:
@@ -233,7 +339,8 @@ class SortKernel:
 
 
 def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], set, list[str]]:
-    sources, helpers, names = [NETWORK.strip("\n") + "\n"], set(), []
+    sources, helpers, names = [NETWORK.strip("\n") + "\n", HYPERCUBE.strip("\n") + "\n"], \
+        set(), []
     for dtype, suffix in dtype_suffixes(op):
         kernel = SortKernel(op, plan, genome, name + suffix, dtype)
         sources.append(kernel.render())
@@ -252,7 +359,7 @@ def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], s
     lines.append("    if n <= 0:")
     lines.append("        return")
     lines.append(f"    ({', '.join(names)},)[variant][(n,)](*args, BLOCK_R=BLOCK_R, "
-                 "BLOCK_C=BLOCK_C, "
+                 "LOG_R=BLOCK_R.bit_length() - 1, BLOCK_C=BLOCK_C, "
                  "LOG_C=BLOCK_C.bit_length() - 1, BLOCK_K=BLOCK_K, "
                  f"LOG_K=BLOCK_K.bit_length() - 1, num_warps={int(genome.get('num_warps', 4))}, "
                  f"num_stages={int(genome.get('num_stages', 1))})")

@@ -49,16 +49,66 @@ def ratio(a, b):
     return round(a / b, 3) if a and b else None
 
 
+def write_tables(out: Path, started: str, backend: str, device: str, rows: list,
+                 meta: dict | None = None) -> str:
+    """DIR/backend_table.{json,md} with the rows so far, rewritten after every op so that a
+    run stopped part-way keeps what it measured; returns the markdown."""
+    meta = meta or {
+        "date": f"{started} to {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
+        "device": gpu_name(device), "backend": backend, "versions": versions()}
+    (out / "backend_table.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    lines = [f"{meta['date']} · {meta['device']} · backend {backend} (default genome) · "
+             f"torch {meta['versions']['torch']} · triton {meta['versions']['triton']}", "",
+             "| op | shape | dtype | eager ms | compile ms | kernel ms | floor ms | "
+             "eager/kernel | compile/kernel | kernel/floor |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
+    for r in rows:
+        shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
+        kern = f(r["kernel_ms"]) if r["ok"] else f"failed ({r['stage']})"
+        lines.append(f"| {r['op']} | {shape} | {r['dtype']} | {f(r['eager_ms'])} | "
+                     f"{f(r['compile_ms'])} | {kern} | {f(r['floor_ms'])} | "
+                     f"{f(ratio(r['eager_ms'], r['kernel_ms']))} | "
+                     f"{f(ratio(r['compile_ms'], r['kernel_ms']))} | "
+                     f"{f(ratio(r['kernel_ms'], r['floor_ms']))} |")
+    (out / "backend_table.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+def merge(paths: list[str], out: Path) -> int:
+    """One table from parts measured in separate runs: rows in library order, each part's
+    dates kept; parts from different devices or backends are refused."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    kinds = {(p["meta"]["device"], p["meta"]["backend"]) for p in parts}
+    if len(kinds) != 1:
+        print(f"backend_table: error: the parts come from different devices or backends: "
+              f"{sorted(kinds)}", file=sys.stderr)
+        return 2
+    order = [op.name for path in spec.library() for op in spec.load(path).ops]
+    rows = {r["op"]: r for p in parts for r in p["rows"]}
+    device, backend = next(iter(kinds))
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(parts[0]["meta"], date=" and ".join(p["meta"]["date"] for p in parts))
+    print(write_tables(out, "", backend, "", [rows[n] for n in order if n in rows],
+                       meta=dict(meta, device=device)))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     ap.add_argument("--backend", help="default: triton on cuda, c on cpu")
     ap.add_argument("--ops", help="comma-separated op names (default: every spec)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--merge", nargs="+", metavar="TABLE_JSON",
+                    help="join backend_table.json files of runs over parts of the library "
+                         "(one device) into DIR, measuring nothing")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--baselines", default="eager,compile",
                     help="which torch baselines to time (eager, compile)")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, Path(args.out))
     backend = args.backend or ("triton" if args.device == "cuda" else "c")
     if args.device == "cuda":
         import torch
@@ -69,7 +119,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     wanted = set(args.ops.split(",")) if args.ops else None
-    rows = []
+    rows, started, table = [], datetime.now(timezone.utc).isoformat(timespec="seconds"), ""
     for path in spec.library():
         for op in spec.load(path).ops:
             if wanted and op.name not in wanted:
@@ -97,27 +147,10 @@ def main(argv=None) -> int:
                 row["wall_s"] = round(time.monotonic() - t0, 1)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                table = write_tables(out, started, backend, args.device, rows)
             finally:
                 pool.shutdown()
-    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "device": gpu_name(args.device), "backend": backend, "versions": versions()}
-    (out / "backend_table.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    lines = [f"{meta['date']} · {meta['device']} · backend {backend} (default genome) · "
-             f"torch {meta['versions']['torch']} · triton {meta['versions']['triton']}", "",
-             "| op | shape | dtype | eager ms | compile ms | kernel ms | floor ms | "
-             "eager/kernel | compile/kernel | kernel/floor |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    f = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
-    for r in rows:
-        shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
-        kern = f(r["kernel_ms"]) if r["ok"] else f"failed ({r['stage']})"
-        lines.append(f"| {r['op']} | {shape} | {r['dtype']} | {f(r['eager_ms'])} | "
-                     f"{f(r['compile_ms'])} | {kern} | {f(r['floor_ms'])} | "
-                     f"{f(ratio(r['eager_ms'], r['kernel_ms']))} | "
-                     f"{f(ratio(r['compile_ms'], r['kernel_ms']))} | "
-                     f"{f(ratio(r['kernel_ms'], r['floor_ms']))} |")
-    (out / "backend_table.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(table)
     return 0
 
 
