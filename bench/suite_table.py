@@ -31,8 +31,11 @@ def figures(row: dict) -> dict:
     be, bc = _ok(row.get("best"), "eager"), _ok(row.get("best"), "compile")
     de = _ok(row.get("default"), "eager")
     best = be or bc
+    # a compile confirmation whose torch.compile fell back to eager has no compile figure
+    compiled = [c for c in (bc, _ok(row.get("default"), "compile"))
+                if c and c.get("baseline_name") == "torch.compile"]
     f = {"eager_ms": (be or de or {}).get("baseline_ms"),
-         "compile_ms": (bc or _ok(row.get("default"), "compile") or {}).get("baseline_ms"),
+         "compile_ms": compiled[0]["baseline_ms"] if compiled else None,
          "compile_name": (bc or {}).get("baseline_name"),
          "default_ms": (de or {}).get("time_ms"),
          "best_ms": min(x["time_ms"] for x in (be, bc) if x) if best else None,
@@ -109,14 +112,19 @@ def summary_lines(doc: dict) -> list[str]:
     within = [op for op in mem if (figs[op]["of_floor"] or 99) <= FLOOR_TARGET]
     wall = doc["meta"].get("wall_s")
     evals = sum((r.get("search") or {}).get("evaluations") or 0 for r in rows)
+    fell_back = [op for op, f in figs.items() if f["compile_name"] not in (None, "torch.compile")]
     return [
+        *([f"- torch.compile captured no graph in the confirming worker (no compile figure, "
+           f"left out of the compile mean): {', '.join(fell_back)}"] if fell_back else []),
         f"- correct best kernel: {len(correct)} of {len(rows)} ops",
         f"- geometric mean speedup over eager: {_g(_geomean(f['vs_eager'] for f in figs.values()), 3)}x;"
         f" over torch.compile: {_g(_geomean(f['vs_compile'] for f in figs.values()), 3)}x",
         f"- memory-bound ops within {FLOOR_TARGET}x of the floor: {len(within)} of {len(mem)}"
         + (f" (missed: {', '.join(op for op in mem if op not in within)})" if mem else ""),
         f"- {evals} evaluations in {wall} s of suite wall time"
-        + (f" ({evals / wall:.2f} eval/s overall, confirmations included)" if wall else ""),
+        + (f" ({evals / wall:.2f} eval/s overall, confirmations included)" if wall else "")
+        if wall else f"- {evals} evaluations; suite wall time not recorded (a part was stopped "
+                     "by its time limit)",
     ]
 
 
@@ -128,13 +136,27 @@ def merge(docs: list[dict]) -> dict:
     if len(gpus) > 1:
         raise ValueError(f"suite runs from different GPUs: {', '.join(sorted(map(str, gpus)))}")
     meta = dict(docs[0]["meta"])
-    dates = sorted({d["meta"]["date"] for d in docs})
+    dates = sorted({day for d in docs for day in d["meta"]["date"].split(" to ")})
     meta["date"] = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
-    meta["budget"] = "/".join(str(b) for b in sorted({d["meta"]["budget"] for d in docs}))
-    meta["wall_s"] = sum(d["meta"].get("wall_s") or 0 for d in docs) or None
-    meta["parts"] = [d["meta"] for d in docs]
+    # a part may itself be a merge: its budgets read "12/16" and its parts are kept as parts
+    budgets = {int(b) for d in docs for b in str(d["meta"]["budget"]).split("/")}
+    meta["budget"] = "/".join(str(b) for b in sorted(budgets))
+    # a part stopped by its time limit recorded no wall time, and then neither has the whole
+    walls = [d["meta"].get("wall_s") for d in docs]
+    meta["wall_s"] = sum(walls) if all(walls) else None
+    meta["parts"] = [p for d in docs for p in d["meta"].get("parts") or [d["meta"]]]
     rows = [r for d in docs for r in d["rows"] if not r.get("skipped")]
     return {"meta": meta, "rows": rows}
+
+
+def default_genome(op_name: str) -> dict | None:
+    """Today's triton/cuda default genome of a library op (None for an op not in specs/)."""
+    from kdsl import backends, spec
+    for path in spec.library():
+        for op in spec.load(path).ops:
+            if op.name == op_name:
+                return backends.get("triton").space(op, "cuda").default()
+    return None
 
 
 def store_genomes(suite_json: Path, genomes_dir: Path) -> int:
@@ -148,9 +170,11 @@ def store_genomes(suite_json: Path, genomes_dir: Path) -> int:
             continue
         path = genomes_dir / f"{row['op']}.json"
         data = json.loads(path.read_text()) if path.exists() else {}
-        if f["default_ms"] and f["default_ms"] < f["best_ms"]:
-            # on the quiet GPU the default won: searches start from it anyway, and a genome
-            # stored earlier lost to it, so it is no longer the best start
+        if f["default_ms"] and f["default_ms"] < f["best_ms"] or \
+                row["best_genome"] == default_genome(row["op"]):
+            # on the quiet GPU the default won (or the search's best is the default itself):
+            # searches start from it anyway, and a genome stored earlier lost to it, so it is
+            # no longer the best start
             if data.get("triton", {}).pop("cuda", None) is not None:
                 if not data["triton"]:
                     del data["triton"]

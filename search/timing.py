@@ -216,6 +216,23 @@ def baseline_mode(config) -> str:
     return config.baseline
 
 
+# The op whose baseline this process compiled last. Measured on an H200 (torch 2.11): a
+# worker that compiled the baselines of op after op stopped capturing graphs after the
+# eighth op (dynamo skipped the frames silently), while a fresh process per op compiled all
+# 19; so dynamo's caches are reset whenever a worker moves on to another op.
+_COMPILED_OP: list = [None]
+
+
+def fresh_dynamo_for(op: ir.Op) -> bool:
+    """Reset torch.compile's caches when ``op`` differs from the last op compiled here."""
+    if _COMPILED_OP[0] == op.hash:
+        return False
+    import torch
+    torch._dynamo.reset()
+    _COMPILED_OP[0] = op.hash
+    return True
+
+
 def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
                     compile_fn=None) -> tuple[Callable[[], object], str, str]:
     """(zero-argument callable, 'eager' | 'torch.compile', fallback note)."""
@@ -232,6 +249,7 @@ def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
             from torch._dynamo.utils import counters
             compile_fn = torch.compile
             graphs = lambda: counters["stats"]["unique_graphs"]  # noqa: E731
+            fresh_dynamo_for(op)
         before = graphs() if graphs else 0
         compiled = compile_fn(fn)
         compiled(*args)  # compiles now, so a failure falls back here and not mid-timing

@@ -58,6 +58,13 @@ def test_merge_keeps_rows_in_order_and_refuses_mixed_gpus():
         suite_table.merge([doc([row("a", 1, 2)]), doc([row("b", 1, 2)], gpu="GPU-B")])
 
 
+def test_a_merged_document_merges_again():
+    first = suite_table.merge([doc([row("a", 1, 2)]), doc([row("b", 1, 2)], budget=16)])
+    again = suite_table.merge([doc([row("c", 1, 2)], budget=12), first])
+    assert [r["op"] for r in again["rows"]] == ["c", "a", "b"]
+    assert again["meta"]["budget"] == "12/16/24" and len(again["meta"]["parts"]) == 3
+
+
 def test_store_genomes_keeps_winners_and_skips_where_the_default_was_faster(tmp_path):
     genomes = tmp_path / "genomes"
     genomes.mkdir()
@@ -84,3 +91,15 @@ def test_store_genomes_drops_a_stored_genome_that_the_default_now_beats(tmp_path
     suite_table.store_genomes(suite, genomes)
     assert not (genomes / "b.json").exists()  # nothing else was stored for b
     assert json.loads((genomes / "c.json").read_text()) == {"c": {"cpu": {"genome": {"x": 1}}}}
+
+
+def test_a_compile_baseline_that_fell_back_to_eager_has_no_compile_figure():
+    r = row("a", best_ms=1.0, default_ms=2.0, eager=4.0, compiled=4.0)
+    for which in ("best", "default"):
+        r[which]["compile"]["baseline_name"] = "eager"
+    f = suite_table.figures(r)
+    assert f["compile_ms"] is None and f["vs_compile"] is None and f["vs_eager"] == 4.0
+    text = "\n".join(suite_table.summary_lines(doc([r, row("b", 1.0, 2.0)])))
+    assert "captured no graph in the confirming worker (no compile figure, left out of the " \
+           "compile mean): a" in text
+    assert "over torch.compile: 2x" in text

@@ -114,15 +114,32 @@ def test_a_failing_compile_falls_back_to_eager_and_says_so():
     assert "inductor is not available here" in t.artifacts["baseline_fallback"]
 
 
-def test_a_compile_that_captures_no_graph_is_reported_as_eager(monkeypatch):
+def test_a_compile_that_captures_no_graph_is_reported_as_eager():
     import torch
     op = load("softmax")
     sizes = {"M": 4, "N": 8}
     tensors = {"x": torch.randn(4, 8)}
-    monkeypatch.setattr(torch._dynamo.config, "disable", True)
-    run, name, note = timing.baseline_runner(op, sizes, tensors, "compile")
+    # config.patch, not monkeypatch: undoing a monkeypatch deletes the config entry
+    with torch._dynamo.config.patch(disable=True):
+        run, name, note = timing.baseline_runner(op, sizes, tensors, "compile")
     assert name == "eager" and "captured no graph" in note
     assert torch.allclose(run(), torch.softmax(tensors["x"], dim=1))
+
+
+def test_dynamo_is_reset_when_a_worker_moves_to_another_op(monkeypatch):
+    # a long-lived worker stopped capturing graphs after its eighth op (H200, torch 2.11)
+    import torch
+    resets = []
+    monkeypatch.setattr(timing, "_COMPILED_OP", [None])
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    softmax, rmsnorm = load("softmax"), load("rmsnorm")
+    assert [timing.fresh_dynamo_for(op) for op in (softmax, softmax, rmsnorm, softmax)] == \
+        [True, False, True, True]
+    assert len(resets) == 3
+    monkeypatch.undo()
+    run, name, note = timing.baseline_runner(softmax, {"M": 4, "N": 8},
+                                             {"x": torch.randn(4, 8)}, "compile")
+    assert name == "torch.compile" and note == ""
 
 
 def test_auto_baseline_is_compile_on_cuda_and_eager_on_cpu():
