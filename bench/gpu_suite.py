@@ -1,6 +1,6 @@
 """The whole operator library searched on one CUDA GPU, in one command.
 
-    python bench/gpu_suite.py --out DIR [--ops a,b] [--budget 60] [--workers 12]
+    python bench/gpu_suite.py --out DIR [--ops a,b] [--budget 60] [--workers 12]   # ops in the order given
     python bench/gpu_suite.py --store-genomes DIR/suite.json   # (any machine) keep the winners
 
 For every op in ``specs/``: ``kdsl search --backend triton --device cuda`` with the
@@ -11,7 +11,7 @@ checks correctness on one seed's cases in the bench dtype only and rewards speed
 for speed (torch.compile in every worker would cost a compile each); then the best kernel and
 the default genome are evaluated again on a quiet GPU, in full (every dtype the
 op declares, more timed runs), against torch eager and against torch.compile,
-in one worker process. The table's times come from that confirmation, not from
+in a fresh worker process per op. The table's times come from that confirmation, not from
 the search. Writes DIR/suite.json after every op (a killed run keeps what it
 finished), DIR/suite.md, and DIR/runs.tar.gz (every run directory).
 """
@@ -144,31 +144,39 @@ def run(args) -> int:
     from kdsl.search.runs import versions
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    wanted = set(args.ops.split(",")) if args.ops else None
+    ops = [(path, op) for path in spec.library() for op in spec.load(path).ops]
+    if args.ops:  # in the order given, so a call with little time left does the first ones
+        wanted = args.ops.split(",")
+        unknown = sorted(set(wanted) - {op.name for _, op in ops})
+        if unknown:
+            print(f"gpu_suite: error: no spec defines {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        ops = sorted((p for p in ops if p[1].name in wanted), key=lambda p: wanted.index(p[1].name))
     cache = args.cache or str(out / "cache.sqlite")
     doc = {"meta": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "host": host(args.device), "backend": args.backend, "versions": versions(), "budget": args.budget,
                     "policy": args.policy, "seed": args.seed, "workers": args.workers,
                     "command": " ".join(sys.argv)}, "rows": []}
     search_pool = PoolExecutor(workers=args.workers)
-    confirm_pool = PoolExecutor(workers=1)
     t0 = time.monotonic()
     try:
-        for path in spec.library():
-            for op in spec.load(path).ops:
-                if wanted and op.name not in wanted:
-                    continue
-                if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
-                    print(f"gpu_suite: deadline reached; {op.name} not run", flush=True)
-                    doc["rows"].append({"op": op.name, "skipped": "deadline"})
-                    continue
+        for path, op in ops:
+            if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
+                print(f"gpu_suite: deadline reached; {op.name} not run", flush=True)
+                doc["rows"].append({"op": op.name, "skipped": "deadline"})
+                continue
+            # a confirming worker per op: one worker that confirmed op after op stopped
+            # capturing torch.compile graphs from its ninth op on (H200, torch 2.11)
+            confirm_pool = PoolExecutor(workers=1)
+            try:
                 row = one_op(path, op, args, out, search_pool, confirm_pool, cache)
-                doc["rows"].append(row)
-                suite_table.write(out, doc)
-                print(suite_table.line(row), flush=True)
+            finally:
+                confirm_pool.shutdown()
+            doc["rows"].append(row)
+            suite_table.write(out, doc)
+            print(suite_table.line(row), flush=True)
     finally:
         search_pool.shutdown()
-        confirm_pool.shutdown()
         doc["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
         suite_table.write(out, doc)
         with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
