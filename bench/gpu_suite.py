@@ -165,8 +165,8 @@ def run(args) -> int:
                 print(f"gpu_suite: deadline reached; {op.name} not run", flush=True)
                 doc["rows"].append({"op": op.name, "skipped": "deadline"})
                 continue
-            # a confirming worker per op: one worker that confirmed op after op stopped
-            # capturing torch.compile graphs from its ninth op on (H200, torch 2.11)
+            # a confirming worker per op, so that no state of one op's torch.compile (a
+            # limit, a cache) can reach the next op's figures
             confirm_pool = PoolExecutor(workers=1)
             try:
                 row = one_op(path, op, args, out, search_pool, confirm_pool, cache)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import linecache
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -216,29 +217,26 @@ def baseline_mode(config) -> str:
     return config.baseline
 
 
-# The op whose baseline this process compiled last. Measured on an H200 (torch 2.11): a
-# worker that compiled the baselines of op after op stopped capturing graphs after the
-# eighth op (dynamo skipped the frames silently), while a fresh process per op compiled all
-# 19; so dynamo's caches are reset whenever a worker moves on to another op.
-_COMPILED_OP: list = [None]
+def baseline_function(op: ir.Op, ns: dict) -> Callable:
+    """The spec's baseline as a function of its inputs, with a source file that inspect finds.
 
-
-def fresh_dynamo_for(op: ir.Op) -> bool:
-    """Reset torch.compile's caches when ``op`` differs from the last op compiled here."""
-    if _COMPILED_OP[0] == op.hash:
-        return False
-    import torch
-    torch._dynamo.reset()
-    _COMPILED_OP[0] = op.hash
-    return True
+    torch.compile before 2.13 wraps a function without a source file (an eval'd lambda) in
+    one shared wrapper, whose recompile limit (8) then ends compilation for every later op
+    in the process without an error (pytorch/pytorch#124269); measured on an H200 with
+    torch 2.11: a worker confirming op after op ran torch.compile eagerly from its ninth op
+    on. Registering the source in linecache gives the lambda a file of its own."""
+    names = ", ".join(t.name for t in op.inputs)
+    source = f"lambda {names}: ({op.baseline.source})\n"
+    filename = f"<kdsl baseline {op.name} {op.hash}>"
+    linecache.cache[filename] = (len(source), None, [source], filename)
+    return eval(compile(source, filename, "eval"), ns)  # noqa: S307 - the spec's own baseline
 
 
 def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
                     compile_fn=None) -> tuple[Callable[[], object], str, str]:
     """(zero-argument callable, 'eager' | 'torch.compile', fallback note)."""
     names = [t.name for t in op.inputs]
-    ns = baseline.namespace(op, sizes, {})
-    fn = eval(f"lambda {', '.join(names)}: ({op.baseline.source})", ns)  # noqa: S307 - the spec's
+    fn = baseline_function(op, baseline.namespace(op, sizes, {}))
     args = [tensors[n] for n in names]
     if mode == "eager":
         return (lambda: fn(*args)), "eager", ""
@@ -249,7 +247,6 @@ def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
             from torch._dynamo.utils import counters
             compile_fn = torch.compile
             graphs = lambda: counters["stats"]["unique_graphs"]  # noqa: E731
-            fresh_dynamo_for(op)
         before = graphs() if graphs else 0
         compiled = compile_fn(fn)
         compiled(*args)  # compiles now, so a failure falls back here and not mid-timing
