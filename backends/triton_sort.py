@@ -226,7 +226,7 @@ def _kd_hc_topk_pairs(k, v, log_r: tl.constexpr, log_n: tl.constexpr, log_k: tl.
 class SortKernel:
     def __init__(self, op: ir.Op, plan: Plan, genome: dict, name: str, dtype: str):
         self.op, self.plan, self.genome, self.name = op, plan, genome, name
-        self.hypercube = genome.get("network", "reshape") == "hypercube"
+        self.hypercube = genome.get("network", "hypercube") == "hypercube"
         self.em = Emitter()
         self.gen = ExprGen(self.em, op, {}, {}, dtype)
 

@@ -39,7 +39,10 @@ def row_of(op, point_sizes, eager, compiled) -> dict:
         "op": op.name, "shape": point_sizes, "dtype": (a.get("bench") or {}).get("dtype"),
         "ok": eager.ok, "stage": eager.stage,
         "message": "" if eager.ok else eager.message.splitlines()[0][:200],
-        "eager_ms": eager.baseline_ms, "compile_ms": compiled.baseline_ms,
+        "eager_ms": eager.baseline_ms,
+        # a torch.compile that fell back to eager (it failed, or captured no graph) has no
+        # compile figure: its time is eager's
+        "compile_ms": compiled.baseline_ms if compiled.baseline_name == "torch.compile" else None,
         "compile_baseline": compiled.baseline_name,
         "kernel_ms": eager.time_ms, "floor_ms": a.get("floor_ms"),
     }
@@ -71,6 +74,9 @@ def write_tables(out: Path, started: str, backend: str, device: str, rows: list,
                      f"{f(ratio(r['eager_ms'], r['kernel_ms']))} | "
                      f"{f(ratio(r['compile_ms'], r['kernel_ms']))} | "
                      f"{f(ratio(r['kernel_ms'], r['floor_ms']))} |")
+    fell_back = [r["op"] for r in rows if r.get("compile_baseline") not in (None, "torch.compile")]
+    if fell_back:
+        lines += ["", f"torch.compile fell back to eager (no compile figure): {', '.join(fell_back)}"]
     (out / "backend_table.md").write_text("\n".join(lines) + "\n")
     return "\n".join(lines)
 
@@ -79,14 +85,19 @@ def merge(paths: list[str], out: Path) -> int:
     """One table from parts measured in separate runs: rows in library order, each part's
     dates kept; parts from different devices or backends are refused."""
     parts = [json.loads(Path(p).read_text()) for p in paths]
-    kinds = {(p["meta"]["device"], p["meta"]["backend"]) for p in parts}
-    if len(kinds) != 1:
-        print(f"backend_table: error: the parts come from different devices or backends: "
-              f"{sorted(kinds)}", file=sys.stderr)
+    kinds = {(p["meta"]["device"], p["meta"]["backend"], json.dumps(p["meta"]["versions"],
+                                                                    sort_keys=True))
+             for p in parts}
+    names = [r["op"] for p in parts for r in p["rows"]]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if len(kinds) != 1 or twice:
+        why = f"{', '.join(twice)} measured in more than one part" if twice else \
+            "the parts come from different devices, backends or versions"
+        print(f"backend_table: error: {why}", file=sys.stderr)
         return 2
     order = [op.name for path in spec.library() for op in spec.load(path).ops]
     rows = {r["op"]: r for p in parts for r in p["rows"]}
-    device, backend = next(iter(kinds))
+    device, backend, _ = next(iter(kinds))
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(parts[0]["meta"], date=" and ".join(p["meta"]["date"] for p in parts))
     print(write_tables(out, "", backend, "", [rows[n] for n in order if n in rows],
@@ -116,9 +127,14 @@ def main(argv=None) -> int:
             print("backend_table: error: --device cuda but no CUDA device is visible",
                   file=sys.stderr)
             return 2
+    wanted = set(args.ops.split(",")) if args.ops else None
+    unknown = sorted((wanted or set()) - {op.name for path in spec.library()
+                                          for op in spec.load(path).ops})
+    if unknown:
+        print(f"backend_table: error: no spec defines {', '.join(unknown)}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    wanted = set(args.ops.split(",")) if args.ops else None
     rows, started, table = [], datetime.now(timezone.utc).isoformat(timespec="seconds"), ""
     for path in spec.library():
         for op in spec.load(path).ops:

@@ -32,11 +32,11 @@ def figures(row: dict) -> dict:
     de = _ok(row.get("default"), "eager")
     best = be or bc
     # a compile confirmation whose torch.compile fell back to eager has no compile figure
-    compiled = [c for c in (bc, _ok(row.get("default"), "compile"))
-                if c and c.get("baseline_name") == "torch.compile"]
+    confirmed = [c for c in (bc, _ok(row.get("default"), "compile")) if c]
+    compiled = [c for c in confirmed if c.get("baseline_name") == "torch.compile"]
     f = {"eager_ms": (be or de or {}).get("baseline_ms"),
          "compile_ms": compiled[0]["baseline_ms"] if compiled else None,
-         "compile_name": (bc or {}).get("baseline_name"),
+         "compile_fell_back": bool(confirmed) and not compiled,
          "default_ms": (de or {}).get("time_ms"),
          "best_ms": min(x["time_ms"] for x in (be, bc) if x) if best else None,
          "floor_ms": (best or de or {}).get("floor_ms")}
@@ -112,7 +112,7 @@ def summary_lines(doc: dict) -> list[str]:
     within = [op for op in mem if (figs[op]["of_floor"] or 99) <= FLOOR_TARGET]
     wall = doc["meta"].get("wall_s")
     evals = sum((r.get("search") or {}).get("evaluations") or 0 for r in rows)
-    fell_back = [op for op, f in figs.items() if f["compile_name"] not in (None, "torch.compile")]
+    fell_back = [op for op, f in figs.items() if f["compile_fell_back"]]
     return [
         *([f"- torch.compile captured no graph in the confirming worker (no compile figure, "
            f"left out of the compile mean): {', '.join(fell_back)}"] if fell_back else []),
@@ -121,9 +121,8 @@ def summary_lines(doc: dict) -> list[str]:
         f" over torch.compile: {_g(_geomean(f['vs_compile'] for f in figs.values()), 3)}x",
         f"- memory-bound ops within {FLOOR_TARGET}x of the floor: {len(within)} of {len(mem)}"
         + (f" (missed: {', '.join(op for op in mem if op not in within)})" if mem else ""),
-        f"- {evals} evaluations in {wall} s of suite wall time"
-        + (f" ({evals / wall:.2f} eval/s overall, confirmations included)" if wall else "")
-        if wall else f"- {evals} evaluations; suite wall time not recorded (a part was stopped "
+        f"- {evals} evaluations in {wall} s of suite wall time ({evals / wall:.2f} eval/s "
+        "overall, confirmations included)" if wall else f"- {evals} evaluations; suite wall time not recorded (a part was stopped "
                      "by its time limit)",
     ]
 
@@ -194,5 +193,6 @@ def store_genomes(suite_json: Path, genomes_dir: Path) -> int:
                    f"{(row.get('search') or {}).get('evaluations')} --seed {meta['seed']}"}
         path.write_text(json.dumps(data, indent=2) + "\n")
         stored += 1
-    print(f"stored {stored} genomes in {genomes_dir}; dropped {dropped} that the default beat")
+    print(f"stored {stored} genomes in {genomes_dir}; dropped {dropped} that the default beat "
+          "or matched")
     return 0

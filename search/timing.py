@@ -228,7 +228,7 @@ def baseline_function(op: ir.Op, ns: dict) -> Callable:
     names = ", ".join(t.name for t in op.inputs)
     source = f"lambda {names}: ({op.baseline.source})\n"
     filename = f"<kdsl baseline {op.name} {op.hash}>"
-    linecache.cache[filename] = (len(source), None, [source], filename)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     return eval(compile(source, filename, "eval"), ns)  # noqa: S307 - the spec's own baseline
 
 

@@ -37,3 +37,35 @@ def test_parts_from_different_gpus_are_refused(tmp_path, capsys):
     assert backend_table.main(["--merge", a, b, "--out", str(tmp_path / "all")]) == 2
     assert "different devices" in capsys.readouterr().err
     assert not (tmp_path / "all").exists()
+
+
+def test_an_op_measured_in_two_parts_is_refused(tmp_path, capsys):
+    a = part(tmp_path, "first", ["softmax"])
+    b = part(tmp_path, "second", ["softmax", "conv1d"])
+    assert backend_table.main(["--merge", a, b, "--out", str(tmp_path / "all")]) == 2
+    assert "softmax measured in more than one part" in capsys.readouterr().err
+
+
+def test_a_compile_that_fell_back_has_no_compile_figure(tmp_path):
+    class Res:
+        def __init__(self, name):
+            self.ok, self.stage, self.message, self.time_ms = True, "timing", "", 0.5
+            self.baseline_ms, self.baseline_name = 2.0, name
+            self.artifacts = {"floor_ms": 0.25, "bench": {"dtype": "f32"}}
+
+    class Op:
+        name = "softmax"
+
+    row = backend_table.row_of(Op, {"N": 8}, Res("eager"), Res("eager"))
+    assert row["compile_ms"] is None and row["compile_baseline"] == "eager"
+    md = backend_table.write_tables(tmp_path, "", "triton", "", [dict(row, wall_s=1.0)],
+                                    meta={"date": "d", "device": "GPU-A", "backend": "triton",
+                                          "versions": {"torch": "t", "triton": "tr"}})
+    assert "| softmax | N=8 | f32 | 2 | - | 0.5 |" in md
+    assert "torch.compile fell back to eager (no compile figure): softmax" in md
+
+
+def test_unknown_ops_are_bad_usage(tmp_path, capsys):
+    assert backend_table.main(["--device", "cpu", "--ops", "nosuch", "--out",
+                               str(tmp_path / "t")]) == 2
+    assert "no spec defines nosuch" in capsys.readouterr().err

@@ -103,3 +103,8 @@ def test_a_compile_baseline_that_fell_back_to_eager_has_no_compile_figure():
     assert "captured no graph in the confirming worker (no compile figure, left out of the " \
            "compile mean): a" in text
     assert "over torch.compile: 2x" in text
+    # the default's compile confirmation still compiled: that figure stands, nothing is left out
+    r["default"]["compile"]["baseline_name"] = "torch.compile"
+    f = suite_table.figures(r)
+    assert f["compile_ms"] == 4.0 and not f["compile_fell_back"]
+    assert "captured no graph" not in "\n".join(suite_table.summary_lines(doc([r])))
