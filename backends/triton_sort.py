@@ -10,12 +10,13 @@ the end, so they sort last. The network is written here (not ``tl.sort``) so it
 carries the index payload and behaves the same on every Triton version;
 ``tl.sort`` is offered for a values-only sort.
 
-Genes: ``topk`` = 'bitonic' (sort chunks of next_pow2(K), then halve by
-pairwise minima, O(N log^2 K)) or 'select' (K rounds of row min); ``network``
-= 'reshape' (each compare-and-swap reshapes the tile to [outer, 2, inner] and
-sums out the partner) or 'hypercube' (the tile is reshaped once to [2] * log2
-of its size and each partner is an xor over one axis, the form of triton's own
-``tl.sort``, here carrying the index payload too).
+Gene ``method``: 'hypercube' (the tile is reshaped once to [2] * log2 of its size
+and each compare-and-swap partner is an xor over one axis, the form of triton's
+own ``tl.sort``, here carrying the index payload too), 'reshape' (each
+compare-and-swap reshapes the tile to [outer, 2, inner] and sums out the
+partner), and where they apply 'select' (top-k as K rounds of row minima) and
+'tl.sort' (a values-only sort). Top-k by network sorts chunks of next_pow2(K),
+then halves by pairwise minima, O(N log^2 K).
 """
 from __future__ import annotations
 
@@ -226,7 +227,8 @@ def _kd_hc_topk_pairs(k, v, log_r: tl.constexpr, log_n: tl.constexpr, log_k: tl.
 class SortKernel:
     def __init__(self, op: ir.Op, plan: Plan, genome: dict, name: str, dtype: str):
         self.op, self.plan, self.genome, self.name = op, plan, genome, name
-        self.hypercube = genome.get("network", "hypercube") == "hypercube"
+        self.method = genome.get("method", "hypercube")
+        self.hypercube = self.method == "hypercube"
         self.em = Emitter()
         self.gen = ExprGen(self.em, op, {}, {}, dtype)
 
@@ -244,7 +246,7 @@ class SortKernel:
                          frozenset("RC"), "ix")
             if group.family == "sort":
                 self.sort(g, key, idx, kind, wanted, k, mk)
-            elif self.genome.get("topk", "bitonic") == "select":
+            elif self.method == "select":
                 self.select(g, key, idx, kind)
             else:
                 ks, vs = em.name("ks"), em.name("vs")
@@ -313,7 +315,7 @@ class SortKernel:
             em.emit(f"{ks}, {vs} = _kd_hc_sort_pairs({key.code}, {idx.code}, LOG_R, LOG_C)"
                     if self.hypercube else
                     f"{ks}, {vs} = _kd_sort_pairs({key.code}, {idx.code}, LOG_C)")
-        elif self.genome.get("sort", "network") == "tl.sort":
+        elif self.method == "tl.sort":
             em.emit(f"{ks} = tl.sort({key.code}, dim=1)")
         else:
             em.emit(f"{ks} = _kd_hc_sort_keys({key.code}, LOG_R, LOG_C)" if self.hypercube
