@@ -52,13 +52,10 @@ def ratio(a, b):
     return round(a / b, 3) if a and b else None
 
 
-def write_tables(out: Path, started: str, backend: str, device: str, rows: list,
-                 meta: dict | None = None) -> str:
+def write_tables(out: Path, meta: dict, rows: list) -> str:
     """DIR/backend_table.{json,md} with the rows so far, rewritten after every op so that a
     run stopped part-way keeps what it measured; returns the markdown."""
-    meta = meta or {
-        "date": f"{started} to {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
-        "device": gpu_name(device), "backend": backend, "versions": versions()}
+    backend = meta["backend"]
     (out / "backend_table.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     lines = [f"{meta['date']} · {meta['device']} · backend {backend} (default genome) · "
              f"torch {meta['versions']['torch']} · triton {meta['versions']['triton']}", "",
@@ -95,13 +92,11 @@ def merge(paths: list[str], out: Path) -> int:
             "the parts come from different devices, backends or versions"
         print(f"backend_table: error: {why}", file=sys.stderr)
         return 2
-    order = [op.name for path in spec.library() for op in spec.load(path).ops]
     rows = {r["op"]: r for p in parts for r in p["rows"]}
-    device, backend, _ = next(iter(kinds))
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(parts[0]["meta"], date=" and ".join(p["meta"]["date"] for p in parts))
-    print(write_tables(out, "", backend, "", [rows[n] for n in order if n in rows],
-                       meta=dict(meta, device=device)))
+    print(write_tables(out, meta, [rows[op.name] for _, op in spec.library_ops()
+                                   if op.name in rows]))
     return 0
 
 
@@ -127,45 +122,43 @@ def main(argv=None) -> int:
             print("backend_table: error: --device cuda but no CUDA device is visible",
                   file=sys.stderr)
             return 2
-    wanted = set(args.ops.split(",")) if args.ops else None
-    unknown = sorted((wanted or set()) - {op.name for path in spec.library()
-                                          for op in spec.load(path).ops})
-    if unknown:
-        print(f"backend_table: error: no spec defines {', '.join(unknown)}", file=sys.stderr)
+    try:
+        ops = spec.library_ops(args.ops.split(",") if args.ops else None)
+    except KeyError as e:
+        print(f"backend_table: error: {e.args[0]}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, started, table = [], datetime.now(timezone.utc).isoformat(timespec="seconds"), ""
-    for path in spec.library():
-        for op in spec.load(path).ops:
-            if wanted and op.name not in wanted:
-                continue
-            # a worker process per op: in one long-lived worker the torch.compile column
-            # matched eager on ops where a fresh process compiled a faster kernel
-            # (H200 max_pool1d: 0.689 ms against 0.130 ms in bench/gpu_suite.py)
-            pool = PoolExecutor(workers=1)
-            try:
-                b = backends.get(backend)
-                cand = Candidate.of(backend, b.space(op, args.device).default(), origin="default")
-                t0 = time.monotonic()
-                res = {}
-                for mode in args.baselines.split(","):
-                    cfg = EvalConfig(device=args.device, baseline=mode, timeout_s=args.timeout,
-                                     reps=20 if args.device == "cuda" else 10)
-                    res[mode] = pool.submit(EvalJob(op, cand, cfg)).result()
-                point = next((p for p in op.bench if p.device == args.device),
-                             next(p for p in op.bench if p.device is None))
-                first = res[next(iter(res))]
-                row = row_of(op, point.size_dict(), res.get("eager", first),
-                             res.get("compile", first))
-                if "compile" not in res:
-                    row["compile_ms"] = None
-                row["wall_s"] = round(time.monotonic() - t0, 1)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                table = write_tables(out, started, backend, args.device, rows)
-            finally:
-                pool.shutdown()
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    host = {"device": gpu_name(args.device), "backend": backend, "versions": versions()}
+    rows, table = [], ""
+    for _, op in ops:
+        # a worker process per op, so that no state of one op's torch.compile (a limit, a
+        # cache) can reach the next op's figures (see timing.baseline_function)
+        pool = PoolExecutor(workers=1)
+        try:
+            b = backends.get(backend)
+            cand = Candidate.of(backend, b.space(op, args.device).default(), origin="default")
+            t0 = time.monotonic()
+            res = {}
+            for mode in args.baselines.split(","):
+                cfg = EvalConfig(device=args.device, baseline=mode, timeout_s=args.timeout,
+                                 reps=20 if args.device == "cuda" else 10)
+                res[mode] = pool.submit(EvalJob(op, cand, cfg)).result()
+            point = next((p for p in op.bench if p.device == args.device),
+                         next(p for p in op.bench if p.device is None))
+            first = res[next(iter(res))]
+            row = row_of(op, point.size_dict(), res.get("eager", first),
+                         res.get("compile", first))
+            if "compile" not in res:
+                row["compile_ms"] = None
+            row["wall_s"] = round(time.monotonic() - t0, 1)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            table = write_tables(out, dict(host, date=f"{started} to {now}"), rows)
+        finally:
+            pool.shutdown()
     print(table)
     return 0
 

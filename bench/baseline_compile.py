@@ -33,21 +33,21 @@ def main(argv=None) -> int:
         print("baseline_compile: error: --device cuda but no CUDA device is visible",
               file=sys.stderr)
         return 2
-    wanted = set(args.ops.split(",")) if args.ops else None
+    try:
+        ops = spec.library_ops(args.ops.split(",") if args.ops else None)
+    except KeyError as e:
+        print(f"baseline_compile: error: {e.args[0]}", file=sys.stderr)
+        return 2
     rows = []
-    for path in spec.library():
-        for op in spec.load(path).ops:
-            if wanted and op.name not in wanted:
-                continue
-            shape = cases.shapes(op, 1, 1)[0]
-            case = cases.draw(op, shape, 1)
-            tensors = correctness.fresh_inputs(op, case.dtype, case.inputs, args.device)
-            t0 = time.monotonic()
-            with torch.no_grad():
-                _, name, note = timing.baseline_runner(op, case.sizes, tensors, "compile")
-            rows.append({"op": op.name, "baseline": name, "note": note,
-                         "seconds": round(time.monotonic() - t0, 1)})
-            print(json.dumps(rows[-1]), flush=True)
+    for _, op in ops:
+        case = cases.draw(op, cases.shapes(op, 1, 1)[0], 1)
+        tensors = correctness.fresh_inputs(op, case.dtype, case.inputs, args.device)
+        t0 = time.monotonic()
+        with torch.no_grad():
+            _, name, note = timing.baseline_runner(op, case.sizes, tensors, "compile")
+        rows.append({"op": op.name, "baseline": name, "note": note,
+                     "seconds": round(time.monotonic() - t0, 1)})
+        print(json.dumps(rows[-1]), flush=True)
     doc = {"meta": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
                     "versions": versions()}, "rows": rows}

@@ -144,14 +144,14 @@ def run(args) -> int:
     from kdsl.search.runs import versions
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ops = [(path, op) for path in spec.library() for op in spec.load(path).ops]
-    if args.ops:  # in the order given, so a call with little time left does the first ones
-        wanted = args.ops.split(",")
-        unknown = sorted(set(wanted) - {op.name for _, op in ops})
-        if unknown:
-            print(f"gpu_suite: error: no spec defines {', '.join(unknown)}", file=sys.stderr)
-            return 2
-        ops = sorted((p for p in ops if p[1].name in wanted), key=lambda p: wanted.index(p[1].name))
+    wanted = args.ops.split(",") if args.ops else None
+    try:
+        ops = spec.library_ops(wanted)
+    except KeyError as e:
+        print(f"gpu_suite: error: {e.args[0]}", file=sys.stderr)
+        return 2
+    if wanted:  # in the order given, so a call with little time left does the first ones
+        ops.sort(key=lambda p: wanted.index(p[1].name))
     cache = args.cache or str(out / "cache.sqlite")
     doc = {"meta": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "host": host(args.device), "backend": args.backend, "versions": versions(), "budget": args.budget,

@@ -122,8 +122,9 @@ def summary_lines(doc: dict) -> list[str]:
         f"- memory-bound ops within {FLOOR_TARGET}x of the floor: {len(within)} of {len(mem)}"
         + (f" (missed: {', '.join(op for op in mem if op not in within)})" if mem else ""),
         f"- {evals} evaluations in {wall} s of suite wall time ({evals / wall:.2f} eval/s "
-        "overall, confirmations included)" if wall else f"- {evals} evaluations; suite wall time not recorded (a part was stopped "
-                     "by its time limit)",
+        "overall, confirmations included)" if wall else
+        f"- {evals} evaluations; suite wall time not recorded (a part was stopped by its "
+        "time limit)",
     ]
 
 
@@ -151,11 +152,11 @@ def merge(docs: list[dict]) -> dict:
 def default_genome(op_name: str) -> dict | None:
     """Today's triton/cuda default genome of a library op (None for an op not in specs/)."""
     from kdsl import backends, spec
-    for path in spec.library():
-        for op in spec.load(path).ops:
-            if op.name == op_name:
-                return backends.get("triton").space(op, "cuda").default()
-    return None
+    try:
+        ((_, op),) = spec.library_ops([op_name])
+    except KeyError:
+        return None
+    return backends.get("triton").space(op, "cuda").default()
 
 
 def store_genomes(suite_json: Path, genomes_dir: Path) -> int:

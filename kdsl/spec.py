@@ -46,6 +46,18 @@ def library() -> list[Path]:
     return sorted(library_dir().glob("*.kspec"))
 
 
+def library_ops(names: list[str] | None = None) -> list[tuple[Path, ir.Op]]:
+    """(spec path, op) for every op of the library, in library order; with ``names``, only
+    those, and a KeyError naming any that no spec defines."""
+    ops = [(path, op) for path in library() for op in load(path).ops]
+    if names is None:
+        return ops
+    unknown = sorted(set(names) - {op.name for _, op in ops})
+    if unknown:
+        raise KeyError(f"no spec defines {', '.join(unknown)}")
+    return [(path, op) for path, op in ops if op.name in names]
+
+
 def find_op(spec: ir.Spec, name: str | None) -> ir.Op:
     """The op named ``name``, or the only op; KeyError with a helpful message otherwise."""
     if name is None:

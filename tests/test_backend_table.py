@@ -58,9 +58,10 @@ def test_a_compile_that_fell_back_has_no_compile_figure(tmp_path):
 
     row = backend_table.row_of(Op, {"N": 8}, Res("eager"), Res("eager"))
     assert row["compile_ms"] is None and row["compile_baseline"] == "eager"
-    md = backend_table.write_tables(tmp_path, "", "triton", "", [dict(row, wall_s=1.0)],
-                                    meta={"date": "d", "device": "GPU-A", "backend": "triton",
-                                          "versions": {"torch": "t", "triton": "tr"}})
+    md = backend_table.write_tables(tmp_path, {"date": "d", "device": "GPU-A",
+                                               "backend": "triton",
+                                               "versions": {"torch": "t", "triton": "tr"}},
+                                    [dict(row, wall_s=1.0)])
     assert "| softmax | N=8 | f32 | 2 | - | 0.5 |" in md
     assert "torch.compile fell back to eager (no compile figure): softmax" in md
 
