@@ -108,7 +108,9 @@ class ExprGen:
                  dtype: str):
         self.em, self.op, self.env, self.masks, self.dtype = em, op, env, masks, dtype
         self.extents: dict[str, ir.Expr] = {}  # program axis -> its extent
-        self.fast_math = False  # tanh by exp and a fast division instead of libdevice
+        # tanh: 'libdevice'; 'fast' (exp and a fast division); 'approx' (the hardware's
+        # tanh.approx.f32 where the first output is 16-bit, libdevice otherwise)
+        self.math = "libdevice"
         self.ct = compute_type(op, dtype)
         self.scan: Callable[[ir.Scan], Val] | None = None
 
@@ -315,9 +317,14 @@ class ExprGen:
                        "tanh": "_kd_tanh({})"}
         if fn in unary_float:
             if fn == "tanh":
-                self.em.helpers.add("tanh_fast" if self.fast_math else "tanh")
-                unary_float = dict(unary_float, tanh="_kd_tanh_fast({})" if self.fast_math
-                                   else "_kd_tanh({})")
+                out = self.op.outputs[0].name
+                helper, call = {
+                    "libdevice": ("tanh", "_kd_tanh({})"),
+                    "fast": ("tanh_fast", "_kd_tanh_fast({})"),
+                    "approx": ("tanh_approx", "_kd_tanh_approx({}, p_%s.dtype.element_ty"
+                               ".primitive_bitwidth < 32)" % out)}[self.math]
+                self.em.helpers.update({helper, "tanh"})
+                unary_float = dict(unary_float, tanh=call)
             a = self.to_float(args[0])
             return self.em.let(unary_float[fn].format(a.code), "float", axes)
         if fn == "hash64":

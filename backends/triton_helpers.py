@@ -69,6 +69,19 @@ def _kd_tanh_fast(x):
                                                      + x2 * -0.05396825396825397)))
     return tl.where(tl.abs(x) < 0.05, s, t)
 ''',
+    "tanh_approx": '''
+@triton.jit
+def _kd_tanh_approx(x, APPROX: tl.constexpr):
+    # APPROX (16-bit outputs): the hardware's tanh.approx.f32 (sm_75+), one special-function
+    # op with a relative error near 2^-11, below a 16-bit output's rounding; otherwise, and
+    # in the interpreter (no inline assembly there), _kd_tanh
+    if APPROX and _KD_LIBDEVICE:
+        r = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+    else:
+        r = _kd_tanh(x)
+    return r
+''',
     "pow": '''
 @triton.jit
 def _kd_pow(a, b):

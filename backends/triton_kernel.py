@@ -24,9 +24,24 @@ def tensors(op: ir.Op) -> list[ir.Tensor]:
     return [t for t in op.tensors if t.role in ("in", "out")]
 
 
-def params(op: ir.Op, constexprs: list[str]) -> str:
-    names = [f"p_{t.name}" for t in tensors(op)] + [f"d_{d}" for d in op.dims]
+def params(op: ir.Op, constexprs: list[str], constant_dims=()) -> str:
+    """Pointers, sizes (those in ``constant_dims`` as compile-time constants), constexprs."""
+    names = [f"p_{t.name}" for t in tensors(op)]
+    names += [f"d_{d}: tl.constexpr" if d in constant_dims else f"d_{d}" for d in op.dims]
     return ", ".join(names + [f"{c}: tl.constexpr" for c in constexprs])
+
+
+def divisor_dims(op: ir.Op) -> tuple[str, ...]:
+    """Sizes that an output's expression divides by (``%`` or ``//``): as compile-time
+    constants, a remainder becomes a multiply by a magic number instead of a 64-bit
+    division routine (H200, hash_bucketize: 0.265 ms against 0.378 ms)."""
+    found = []
+    for st in op.statements:
+        for n in ir.walk(st.value):
+            if isinstance(n, ir.Binary) and n.op in ("%", "//") and \
+                    isinstance(n.right, ir.Name) and n.right.name in op.dims:
+                found.append(n.right.name)
+    return tuple(d for d in op.dims if d in found)
 
 
 def py(e: ir.Expr) -> str:
@@ -145,8 +160,10 @@ def module(op: ir.Op, doc: str, helpers: set[str], kernels: list[str],
     return "\n\n".join(parts) + "\n"
 
 
-def jit_function(name: str, op: ir.Op, constexprs: list[str], body: list[str]) -> str:
-    return "\n".join(["@triton.jit", f"def {name}({params(op, constexprs)}):"] + body)
+def jit_function(name: str, op: ir.Op, constexprs: list[str], body: list[str],
+                 constant_dims=()) -> str:
+    return "\n".join(["@triton.jit", f"def {name}({params(op, constexprs, constant_dims)}):"]
+                     + body)
 
 
 def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],

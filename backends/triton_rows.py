@@ -19,6 +19,8 @@ outputs. The column axis is walked in one of three ways (the ``reduce`` gene):
   constexpr ``NCOL``, so the loop unrolls and every chunk's loads are in flight at once
   (a pooling window of 3 is otherwise three dependent round trips to memory). One
   compile per distinct extent.
+- ``phases``: a strided window (pooling) read by stride phases, one vectorized load per
+  phase (``triton_window``).
 
 Pointwise ops (no reduction, scan or sort) tile the column across programs.
 """
@@ -30,8 +32,10 @@ from kdsl import ir
 
 from .base import Unsupported
 from .triton_expr import INT64_MAX, INT64_MIN, Emitter, ExprGen, Val, literal
-from .triton_kernel import acc_shape, dtype_suffixes, jit_function, prologue, rows_launcher, store
+from .triton_kernel import (acc_shape, divisor_dims, dtype_suffixes, jit_function, prologue,
+                            rows_launcher, store)
 from .triton_plan import Plan, flat_extent
+from .triton_window import render as render_window, window_of
 
 ONEPASS_MAX = 32768
 IDENT = {("sum", "float"): "0.0", ("sum", "int"): "0", ("prod", "float"): "1.0",
@@ -44,7 +48,8 @@ def strategies(plan: Plan) -> tuple[str, ...]:
     out += ("looped",)
     out += ("online",) if plan.fused else ()
     out += ("cached",) if cacheable(plan) else ()
-    return out + (("unrolled",) if unrollable(plan) else ())
+    out += ("unrolled",) if unrollable(plan) else ()
+    return out + (("phases",) if window_of(plan) is not None else ())
 
 
 def cacheable(plan: Plan) -> bool:
@@ -63,11 +68,12 @@ def unrollable(plan: Plan) -> bool:
 
 class RowKernel:
     def __init__(self, op: ir.Op, plan: Plan, strategy: str, name: str, dtype: str,
-                 fast_math: bool = False):
+                 math: str = "libdevice", constant_dims=()):
         self.op, self.plan, self.strategy, self.name, self.dtype = op, plan, strategy, name, dtype
+        self.constant_dims = constant_dims
         self.em = Emitter()
         self.gen = ExprGen(self.em, op, {}, {}, dtype)
-        self.gen.fast_math = fast_math
+        self.gen.math = math
 
     # ---- the kernel body ----
     def render(self) -> str:
@@ -84,7 +90,7 @@ class RowKernel:
         else:
             self.looped()
         constexprs = ["BLOCK_R", "BLOCK_C"] + (["NCOL"] if self.strategy == "unrolled" else [])
-        return jit_function(self.name, self.op, constexprs, em.lines)
+        return jit_function(self.name, self.op, constexprs, em.lines, self.constant_dims)
 
     def onepass(self) -> None:
         plan, gen = self.plan, self.gen
@@ -414,17 +420,20 @@ def _reads(rv, names) -> set[str]:
 def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], set, list[str]]:
     """(kernels, helpers, launcher lines) for a pointwise or row plan."""
     strategy = genome.get("reduce", "looped") if plan.kind != "pointwise" else "pointwise"
+    math = genome.get("math", "libdevice")
+    consts = divisor_dims(op) if genome.get("constants") == "divisors" else ()
+    if strategy == "phases":
+        return render_window(op, plan, window_of(plan), genome, name, math, consts)
     fallback = plan.kind != "pointwise" and strategy == "onepass"
     kernels, helpers, names = [], set(), []
     for dtype, suffix in dtype_suffixes(op):
-        fast = genome.get("math") == "fast"
-        k = RowKernel(op, plan, strategy, name + suffix, dtype, fast)
+        k = RowKernel(op, plan, strategy, name + suffix, dtype, math, consts)
         kernels.append(k.render())
         helpers |= k.em.helpers
         names.append(name + suffix)
         if fallback:
             k = RowKernel(op, plan, "online" if plan.fused else "looped",
-                          name + suffix + "_looped", dtype, fast)
+                          name + suffix + "_looped", dtype, math, consts)
             kernels.append(k.render())
             helpers |= k.em.helpers
     launcher = rows_launcher(op, plan, genome, names, fallback)

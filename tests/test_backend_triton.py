@@ -108,6 +108,17 @@ NOVEL = {
           test  L in 0..200, B in 1..30
           bench L=1048576, B=16384, dtype=f32
         """,
+    "avg_pool1d": """
+        op avg_pool1d
+          dims B, L, KW, S, LO
+          in  x: f32 | f16 [B, L]
+          out y: like x [B, LO]
+          y[b, o] = mean(k in 0 .. KW) x[b, o * S + k]
+          baseline F.avg_pool1d(x[:, None, :], KW, stride=S)[:, 0, :]
+          tolerance f32(rtol=1e-5, atol=1e-5) f16(rtol=1e-3, atol=1e-3)
+          test  B in 1..8, L in 1..300, KW in 1..6, S in 1..5, LO in 1..300 where KW <= L, LO == (L - KW) // S + 1
+          bench B=64, L=65536, KW=4, S=3, LO=21845, dtype=f32
+        """,
     "int_mix": """
         op int_mix
           dims N
@@ -317,7 +328,8 @@ def test_short_static_windows_unroll_and_segments_cache():
     from kdsl.backends.triton_plan import make_plan
     from kdsl.backends.triton_rows import strategies
     lib = _library()
-    assert "unrolled" in strategies(make_plan(_load(lib["max_pool1d"])))
+    assert {"unrolled", "phases"} <= set(strategies(make_plan(_load(lib["max_pool1d"]))))
+    assert "phases" not in strategies(make_plan(_load(lib["softmax"])))
     assert "cached" in strategies(make_plan(_load(lib["jagged_softmax"])))
     # a static row already fits onepass; a segment sum writes nothing back to cache for
     assert "cached" not in strategies(make_plan(_load(lib["softmax"])))
@@ -325,10 +337,40 @@ def test_short_static_windows_unroll_and_segments_cache():
     be = get("triton")
     pool = be.render(_load(lib["max_pool1d"]), {"reduce": "unrolled"}, "cuda")
     assert "tl.static_range(0, NCOL, BLOCK_C)" in pool and "NCOL=max(d_KW - 0, 1)" in pool
+    phased = be.render(_load(lib["max_pool1d"]), {"reduce": "phases"}, "cuda")
+    assert "tl.static_range(QLO, QHI + 1)" in phased and "WS = d_S" in phased
+    assert phased.count("tl.load(p_x") == 1  # one flat load per phase, not one per tap
     jag = be.render(_load(lib["jagged_softmax"]), {"reduce": "cached"}, "cuda")
     fits, rest = jag.split("    else:\n", 1)
     assert "<= BLOCK_C:" in fits and fits.count("tl.load(p_values") == 1  # one read if it fits
     assert rest.count("tl.load(p_values") == 2  # online: a max+sum pass, then the write pass
+
+
+def test_window_phases_need_an_affine_strided_index():
+    from kdsl.backends.triton_plan import make_plan
+    from kdsl.backends.triton_window import window_of
+
+    def window(body: str):
+        text = f"""
+            op w
+              dims B, L, KW, S, LO
+              in  x: f32 [B, L]
+              out y: like x [B, LO]
+              y[b, o] = {body}
+              baseline x
+              tolerance f32(rtol=1e-5, atol=1e-5)
+              test  B in 1..4, L in 1..50, KW in 1..4, S in 1..3, LO in 1..50
+              bench B=4, L=50, KW=3, S=2, LO=20
+            """
+        return window_of(make_plan(kspec.parse_text(textwrap.dedent(text)).ops[0]))
+
+    w = window("max(k in 0 .. KW) x[b, S * o + k - 1] pad(-inf)")
+    assert w is not None and w.op == "max" and w.stride == ir.Name("S")
+    assert window("sum(k in 0 .. KW) 2 * x[b, o * S + k] pad(0)") is not None
+    assert window("max(k in 0 .. KW) x[b, o * S + 2 * k] pad(-inf)") is None  # dilated
+    assert window("max(k in 0 .. KW) x[b, o + S * k] pad(-inf)") is None
+    assert window("max(k in 0 .. KW) (x[b, o * S + k] pad(-inf) + o)") is None  # o elsewhere
+    assert window("max(k in 0 .. KW) x[b, o * S + k] pad(-inf) + o") is not None  # after it
 
 
 @pytest.mark.slow
