@@ -113,7 +113,10 @@ def summary_lines(doc: dict) -> list[str]:
     wall = doc["meta"].get("wall_s")
     evals = sum((r.get("search") or {}).get("evaluations") or 0 for r in rows)
     fell_back = [op for op, f in figs.items() if f["compile_fell_back"]]
+    again = doc["meta"].get("remeasured") or []
     return [
+        *([f"- measured again in a later part (that part's row replaces the earlier one): "
+           f"{', '.join(again)}"] if again else []),
         *([f"- torch.compile captured no graph in the confirming worker (no compile figure, "
            f"left out of the compile mean): {', '.join(fell_back)}"] if fell_back else []),
         f"- correct best kernel: {len(correct)} of {len(rows)} ops",
@@ -131,7 +134,10 @@ def summary_lines(doc: dict) -> list[str]:
 def merge(docs: list[dict]) -> dict:
     """One document from suite runs split across calls (rows in order; the first run's host).
 
-    Runs on different GPUs are refused: their figures do not belong in one table."""
+    An op measured again in a later part takes that part's row, in the earlier row's place
+    (listed in ``meta['remeasured']``): a re-run after a generator change supersedes the
+    old figures. Runs on different GPUs are refused: their figures do not belong in one
+    table."""
     gpus = {d["meta"]["host"].get("gpu") for d in docs}
     if len(gpus) > 1:
         raise ValueError(f"suite runs from different GPUs: {', '.join(sorted(map(str, gpus)))}")
@@ -145,8 +151,18 @@ def merge(docs: list[dict]) -> dict:
     walls = [d["meta"].get("wall_s") for d in docs]
     meta["wall_s"] = sum(walls) if all(walls) else None
     meta["parts"] = [p for d in docs for p in d["meta"].get("parts") or [d["meta"]]]
-    rows = [r for d in docs for r in d["rows"] if not r.get("skipped")]
-    return {"meta": meta, "rows": rows}
+    rows: dict[str, dict] = {}
+    remeasured = list(meta.get("remeasured") or [])
+    for d in docs:
+        for r in d["rows"]:
+            if r.get("skipped"):
+                continue
+            if r["op"] in rows and r["op"] not in remeasured:
+                remeasured.append(r["op"])
+            rows[r["op"]] = r
+    if remeasured:
+        meta["remeasured"] = remeasured
+    return {"meta": meta, "rows": list(rows.values())}
 
 
 def default_genome(op_name: str) -> dict | None:

@@ -65,6 +65,17 @@ def test_a_merged_document_merges_again():
     assert again["meta"]["budget"] == "12/16/24" and len(again["meta"]["parts"]) == 3
 
 
+def test_a_later_part_remeasures_an_op_in_its_place():
+    old = doc([row("a", 1, 2), row("b", 1, 2)])
+    new = doc([row("b", 1, 4), row("c", 1, 2)], budget=12)
+    merged = suite_table.merge([old, new])
+    assert [r["op"] for r in merged["rows"]] == ["a", "b", "c"]
+    assert merged["rows"][1] is new["rows"][0]  # the later figures
+    assert merged["meta"]["remeasured"] == ["b"]
+    assert any("measured again" in line and "b" in line
+               for line in suite_table.summary_lines(merged))
+
+
 def test_store_genomes_keeps_winners_and_skips_where_the_default_was_faster(tmp_path):
     genomes = tmp_path / "genomes"
     genomes.mkdir()
