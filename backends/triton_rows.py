@@ -123,7 +123,7 @@ class RowKernel:
         online = self.strategy == "online" if online is None else online
         for ranges, items in self.passes(online):
             accs = [self.init(item) for item in items]
-            with self.column(ranges, looped=True) as (k, mk, count):
+            for k, mk, count in self.chunks(ranges):
                 for item, acc in zip(items, accs):
                     self.update(item, acc, mk)
             for item, acc in zip(items, accs):
@@ -186,9 +186,39 @@ class RowKernel:
             mk = em.let(f"{k.code} < {hi.code}", "bool", axes, "mk")
             yield from self._bind(ranges, k, mk, count)
 
-    def _bind(self, ranges, k: Val, mk: Val, count: "_Lazy"):
+    def chunks(self, ranges):
+        """A reduction pass over ``ranges``: (k, mk, count) for each loop it emits.
+
+        A static range is read in whole ``BLOCK_C`` chunks with no column mask, then one
+        masked tail chunk (empty when the range divides evenly): the mask and its
+        selects cost instructions on every element of an issue-bound pass. A segment
+        (bounds per row lane) or an unrolled window keeps one masked loop."""
+        em, gen = self.em, self.gen
+        if len(ranges) == 1:
+            lo, hi = gen(ranges[0][0]), gen(ranges[0][1])
+        else:
+            lo, hi = literal(0), gen(flat_extent(ranges))
+        if self.strategy == "unrolled" or lo.axes or hi.axes:
+            with self.column(ranges, looped=True) as chunk:
+                yield chunk
+            return
+        count = _Lazy(lambda: gen.binary("-", hi, lo))
+        whole = em.let(f"{lo.code} + ({hi.code} - {lo.code}) // BLOCK_C * BLOCK_C", "int")
+        s = em.name("s")
+        # a constant all-true mask: the selects on it fold away, and values that do not
+        # vary along the chunk still broadcast to its shape
+        every = em.let("tl.full([1, BLOCK_C], 1, tl.int1)", "bool", frozenset("C"), "mk")
+        with em.block(f"for {s} in range({lo.code}, {whole.code}, BLOCK_C):"):
+            k = em.let(f"{s} + tl.arange(0, BLOCK_C)[None, :]", "int", frozenset("C"), "k")
+            yield from self._bind(ranges, k, every, count, masked=False)
+        k = em.let(f"{whole.code} + tl.arange(0, BLOCK_C)[None, :]", "int", frozenset("C"), "k")
+        mk = em.let(f"{k.code} < {hi.code}", "bool", frozenset("C"), "mk")
+        yield from self._bind(ranges, k, mk, count)
+
+    def _bind(self, ranges, k: Val, mk: Val, count: "_Lazy", masked: bool = True):
         gen = self.gen
-        gen.masks["C"] = mk
+        if masked:
+            gen.masks["C"] = mk
         if len(ranges) == 1:
             gen.env["__k0"] = k
         else:  # several reduction indices over one flattened column, last fastest
