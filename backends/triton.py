@@ -217,6 +217,16 @@ def _extent(rng, sizes: dict[str, int]) -> int:
         return 64  # a data-dependent range (a segment): a typical jagged length
 
 
+def _window_stride(plan: Plan, bench: dict) -> int:
+    """The stride of a strided window at the bench sizes (1 when unknown)."""
+    from kdsl.sizes import NotASize, evaluate
+    from .triton_window import window_of
+    try:
+        return evaluate(window_of(plan).stride, bench)
+    except (NotASize, KeyError, AttributeError):
+        return 1
+
+
 def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
     from kdsl.sizes import NotASize, evaluate
     try:
@@ -234,7 +244,10 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
         # a short window (pooling): many outputs per program (H200, max_pool1d bf16: 0.21
         # ms against 0.28 ms for a [512, 4] one-pass tile), read by stride phases, one vector load per phase: 1.01x the floor (H200, bf16,
         # 2026-12-03: 0.098 ms; tap by tap, unrolled or looped, 0.211 ms, 2.2x the floor)
-        best = next(s for s in ("phases", "unrolled", "looped") if s in strategies)
+        # (a stride wider than the window would load mostly inputs no tap reads)
+        wide = "phases" in strategies and _window_stride(plan, bench) > max(cols, 2)
+        best = next(s for s in ("phases", "unrolled", "looped")
+                    if s in strategies and not (s == "phases" and wide))
         return {"reduce": best, "BLOCK_C": 1,
                 "BLOCK_R": _pick(ROWS, min(_np2(rows), 1024)), "num_warps": 4}
     if "onepass" in strategies and _np2(cols) <= 8192:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from kdsl import ir
 
-from .triton_expr import Emitter, ExprGen, Val
+from .triton_expr import INT64_MAX, INT64_MIN, Emitter, ExprGen, Val
 from .triton_kernel import (TILE_CAP, dispatch, dtype_suffixes, jit_function, launcher_head,
                             programs, prologue, py, store)
 from .triton_plan import Plan
@@ -29,8 +29,8 @@ from .triton_plan import Plan
 POS = "__pos"
 REDUCERS = ("max", "min", "sum", "mean")
 IDENT = {("max", "float"): "float('-inf')", ("min", "float"): "float('inf')",
-         ("sum", "float"): "0.0", ("max", "int"): "-9223372036854775808",
-         ("min", "int"): "9223372036854775807", ("sum", "int"): "0"}
+         ("sum", "float"): "0.0", ("max", "int"): INT64_MIN, ("min", "int"): INT64_MAX,
+         ("sum", "int"): "0"}
 
 
 @dataclass(frozen=True)

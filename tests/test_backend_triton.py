@@ -365,6 +365,26 @@ def test_window_phases_need_an_affine_strided_index():
             """
         return window_of(make_plan(kspec.parse_text(textwrap.dedent(text)).ops[0]))
 
+    def default_strategy(body: str, bench: str) -> str:
+        text = f"""
+            op w
+              dims B, L, KW, S, LO
+              in  x: f32 [B, L]
+              out y: like x [B, LO]
+              y[b, o] = {body}
+              baseline x
+              tolerance f32(rtol=1e-5, atol=1e-5)
+              test  B in 1..4, L in 1..50, KW in 1..4, S in 1..3, LO in 1..50
+              bench {bench}
+            """
+        op = kspec.parse_text(textwrap.dedent(text)).ops[0]
+        return get("triton").space(op, "cuda").default()["reduce"]
+
+    body = "max(k in 0 .. KW) x[b, o * S + k] pad(-inf)"
+    assert default_strategy(body, "B=4, L=4096, KW=3, S=2, LO=2047") == "phases"
+    # a stride far wider than the window: phases would load mostly untouched inputs
+    assert default_strategy(body, "B=4, L=65536, KW=3, S=64, LO=1024") == "unrolled"
+
     w = window("max(k in 0 .. KW) x[b, S * o + k - 1] pad(-inf)")
     assert w is not None and w.op == "max" and w.stride == ir.Name("S")
     assert window("sum(k in 0 .. KW) 2 * x[b, o * S + k] pad(0)") is not None
