@@ -351,21 +351,7 @@ def test_window_phases_need_an_affine_strided_index():
     from kdsl.backends.triton_plan import make_plan
     from kdsl.backends.triton_window import window_of
 
-    def window(body: str):
-        text = f"""
-            op w
-              dims B, L, KW, S, LO
-              in  x: f32 [B, L]
-              out y: like x [B, LO]
-              y[b, o] = {body}
-              baseline x
-              tolerance f32(rtol=1e-5, atol=1e-5)
-              test  B in 1..4, L in 1..50, KW in 1..4, S in 1..3, LO in 1..50
-              bench B=4, L=50, KW=3, S=2, LO=20
-            """
-        return window_of(make_plan(kspec.parse_text(textwrap.dedent(text)).ops[0]))
-
-    def default_strategy(body: str, bench: str) -> str:
+    def pool(body: str, bench: str = "B=4, L=50, KW=3, S=2, LO=20") -> ir.Op:
         text = f"""
             op w
               dims B, L, KW, S, LO
@@ -377,8 +363,13 @@ def test_window_phases_need_an_affine_strided_index():
               test  B in 1..4, L in 1..50, KW in 1..4, S in 1..3, LO in 1..50
               bench {bench}
             """
-        op = kspec.parse_text(textwrap.dedent(text)).ops[0]
-        return get("triton").space(op, "cuda").default()["reduce"]
+        return kspec.parse_text(textwrap.dedent(text)).ops[0]
+
+    def window(body: str):
+        return window_of(make_plan(pool(body)))
+
+    def default_strategy(body: str, bench: str) -> str:
+        return get("triton").space(pool(body, bench), "cuda").default()["reduce"]
 
     body = "max(k in 0 .. KW) x[b, o * S + k] pad(-inf)"
     assert default_strategy(body, "B=4, L=4096, KW=3, S=2, LO=2047") == "phases"
