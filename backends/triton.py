@@ -218,12 +218,12 @@ def _extent(rng, sizes: dict[str, int]) -> int:
 
 
 def _window_stride(plan: Plan, bench: dict) -> int:
-    """The stride of a strided window at the bench sizes (1 when unknown)."""
+    """The stride of the plan's strided window at the bench sizes (1 when unknown)."""
     from kdsl.sizes import NotASize, evaluate
     from .triton_window import window_of
     try:
         return evaluate(window_of(plan).stride, bench)
-    except (NotASize, KeyError, AttributeError):
+    except (NotASize, KeyError):
         return 1
 
 
@@ -242,9 +242,10 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
     d: dict = {}
     if plan.static_column and plan.inner is None and cols <= 8:
         # a short window (pooling): many outputs per program (H200, max_pool1d bf16: 0.21
-        # ms against 0.28 ms for a [512, 4] one-pass tile), read by stride phases, one vector load per phase: 1.01x the floor (H200, bf16,
-        # 2026-12-03: 0.098 ms; tap by tap, unrolled or looped, 0.211 ms, 2.2x the floor)
-        # (a stride wider than the window would load mostly inputs no tap reads)
+        # ms against 0.28 ms for a [512, 4] one-pass tile), read by stride phases, one
+        # vector load per phase (H200, 2026-12-03: 0.104 ms, 1.09x the floor; tap by tap,
+        # unrolled or looped, 0.211 ms) unless the stride is wider than the window, when
+        # most of each phase's inputs would be read by no tap
         wide = "phases" in strategies and _window_stride(plan, bench) > max(cols, 2)
         best = next(s for s in ("phases", "unrolled", "looped")
                     if s in strategies and not (s == "phases" and wide))

@@ -157,14 +157,18 @@ class RowKernel:
                 em.emit(line)
 
     # ---- the column ----
-    @contextmanager
-    def column(self, ranges, looped: bool):
-        """Bind the column index (and each reduction index) for one pass over ``ranges``."""
-        em, gen = self.em, self.gen
+    def bounds(self, ranges) -> tuple[Val, Val]:
+        """[lo, hi) of a pass: one range, or several walked as one flattened column."""
         if len(ranges) == 1:
-            lo, hi = gen(ranges[0][0]), gen(ranges[0][1])
-        else:
-            lo, hi = literal(0), gen(flat_extent(ranges))
+            return self.gen(ranges[0][0]), self.gen(ranges[0][1])
+        return literal(0), self.gen(flat_extent(ranges))
+
+    @contextmanager
+    def column(self, ranges, looped: bool, bounds: tuple[Val, Val] | None = None):
+        """Bind the column index (and each reduction index) for one pass over ``ranges``
+        (whose ``bounds`` a caller may have emitted already)."""
+        em, gen = self.em, self.gen
+        lo, hi = bounds or self.bounds(ranges)
         count = _Lazy(lambda: gen.binary("-", hi, lo))  # emitted only if a mean needs it
         vector = bool(lo.axes | hi.axes)
         axes = frozenset("C") | lo.axes | hi.axes
@@ -194,12 +198,9 @@ class RowKernel:
         selects cost instructions on every element of an issue-bound pass. A segment
         (bounds per row lane) or an unrolled window keeps one masked loop."""
         em, gen = self.em, self.gen
-        if len(ranges) == 1:
-            lo, hi = gen(ranges[0][0]), gen(ranges[0][1])
-        else:
-            lo, hi = literal(0), gen(flat_extent(ranges))
+        lo, hi = self.bounds(ranges)
         if self.strategy == "unrolled" or lo.axes or hi.axes:
-            with self.column(ranges, looped=True) as chunk:
+            with self.column(ranges, looped=True, bounds=(lo, hi)) as chunk:
                 yield chunk
             return
         count = _Lazy(lambda: gen.binary("-", hi, lo))

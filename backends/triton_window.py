@@ -35,9 +35,11 @@ IDENT = {("max", "float"): "float('-inf')", ("min", "float"): "float('inf')",
 
 @dataclass(frozen=True)
 class Window:
-    """The one reduction of a window op: ``op(k in lo .. hi) body``, where body reads the
-    input at ``row * stride + k + offset`` (``subscript``) and nowhere else by row or k."""
+    """The one reduction of a window op: ``op(k in lo .. hi) body``, where body reads one
+    input ``tensor`` at ``row * stride + k + offset`` (``subscript``) and nowhere else by
+    row or k."""
     op: str
+    tensor: str
     lo: ir.Expr
     hi: ir.Expr
     stride: ir.Expr
@@ -54,11 +56,11 @@ def window_of(plan: Plan) -> Window | None:
     if rv.op not in REDUCERS or len(rv.ranges) != 1 or len(rv.indices) != 1:
         return None
     row, k = plan.row_axis[0], rv.indices[0]
-    subs = {a.subscripts[-1] for a in ir.walk(rv.body) if isinstance(a, ir.Access)
-            and _mentions(a.subscripts[-1], (row, k))}
-    if len(subs) != 1:
+    reads = {(a.tensor, a.subscripts[-1]) for a in ir.walk(rv.body)
+             if isinstance(a, ir.Access) and _mentions(a.subscripts[-1], (row, k))}
+    if len(reads) != 1:
         return None
-    (sub,) = subs
+    ((tensor, sub),) = reads
     for a in ir.walk(rv.body):  # row and k appear only as that last subscript
         if isinstance(a, ir.Access) and any(_mentions(s, (row, k)) for s in a.subscripts[:-1]):
             return None
@@ -71,7 +73,7 @@ def window_of(plan: Plan) -> Window | None:
     if _mentions(stride, (row, k)) or _mentions(offset, (row, k)):
         return None
     lo, hi = rv.ranges[0]
-    return Window(rv.op, lo, hi, stride, offset, sub)
+    return Window(rv.op, tensor, lo, hi, stride, offset, sub)
 
 
 def _mentions(e: ir.Expr, names) -> bool:
@@ -138,9 +140,7 @@ def kernel_source(op: ir.Op, plan: Plan, win: Window, name: str, dtype: str,
     prologue(em, gen, plan, False)
     rv = plan.row_values[0]
     body = _replace(rv.body, win.subscript, ir.Name(POS))
-    (tensor,) = {a.tensor for a in ir.walk(rv.body)
-                 if isinstance(a, ir.Access) and a.subscripts[-1] == win.subscript}
-    extent = gen.size(op.tensor(tensor).shape[-1])
+    extent = gen.size(op.tensor(win.tensor).shape[-1])
     base = "sum" if win.op == "mean" else win.op
     kind = "float" if win.op == "mean" else _kind(op, gen, body)
     acc = em.name("acc")

@@ -24,6 +24,7 @@ from kdsl.search.candidate import Candidate
 from kdsl.search.executors import PoolExecutor
 from kdsl.search.jobs import EvalConfig, EvalJob
 from kdsl.search.runs import versions
+from script_args import device_ready, library_ops  # bench/script_args.py
 
 
 def gpu_name(device: str) -> str:
@@ -116,16 +117,8 @@ def main(argv=None) -> int:
     if args.merge:
         return merge(args.merge, Path(args.out))
     backend = args.backend or ("triton" if args.device == "cuda" else "c")
-    if args.device == "cuda":
-        import torch
-        if not torch.cuda.is_available():
-            print("backend_table: error: --device cuda but no CUDA device is visible",
-                  file=sys.stderr)
-            return 2
-    try:
-        ops = spec.library_ops(args.ops.split(",") if args.ops else None)
-    except KeyError as e:
-        print(f"backend_table: error: {e.args[0]}", file=sys.stderr)
+    ops = library_ops("backend_table", args.ops.split(",") if args.ops else None)
+    if ops is None or not device_ready("backend_table", args.device):
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

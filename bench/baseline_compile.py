@@ -17,9 +17,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kdsl import cases, spec
+from kdsl import cases
 from kdsl.search import correctness, timing
 from kdsl.search.runs import versions
+from script_args import device_ready, library_ops  # bench/script_args.py
 
 
 def main(argv=None) -> int:
@@ -28,16 +29,10 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", help="comma-separated op names (default: every spec)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    ops = library_ops("baseline_compile", args.ops.split(",") if args.ops else None)
+    if ops is None or not device_ready("baseline_compile", args.device):
+        return 2
     import torch
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("baseline_compile: error: --device cuda but no CUDA device is visible",
-              file=sys.stderr)
-        return 2
-    try:
-        ops = spec.library_ops(args.ops.split(",") if args.ops else None)
-    except KeyError as e:
-        print(f"baseline_compile: error: {e.args[0]}", file=sys.stderr)
-        return 2
     rows = []
     for _, op in ops:
         case = cases.draw(op, cases.shapes(op, 1, 1)[0], 1)

@@ -23,11 +23,11 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kdsl import spec
 from kdsl.search.candidate import Candidate
 from kdsl.search.executors import PoolExecutor
 from kdsl.search.jobs import EvalConfig, EvalJob
 from kdsl.search.runs import versions
+from script_args import device_ready, library_ops  # bench/script_args.py
 
 
 def _usage(msg: str) -> int:
@@ -109,11 +109,16 @@ def main(argv=None) -> int:
                     help="only run each variant and the baseline this many times (no checks)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
+    ops = library_ops("genome_variants", [args.op])
+    if ops is None:
+        return 2
+    (_, op), = ops
     try:
-        (_, op), = spec.library_ops([args.op])
         todo = candidates(args)
-    except (KeyError, ValueError) as e:
+    except ValueError as e:
         return _usage(e.args[0])
+    if not device_ready("genome_variants", args.device):
+        return 2
     if args.profile_runs:
         profile_runs(op, todo, args.device, args.profile_runs)
         return 0

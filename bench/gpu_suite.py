@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import suite_table  # noqa: E402  (bench/suite_table.py)
+from script_args import device_ready, library_ops  # noqa: E402  (bench/script_args.py)
 
 GIB = 1 << 30
 
@@ -134,24 +135,15 @@ def host(device: str) -> dict:
 
 
 def run(args) -> int:
-    import torch
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("gpu_suite: error: no CUDA device is visible (torch.cuda.is_available() is "
-              "False)", file=sys.stderr)
+    # --ops in the order given, so a call with little time left does the first ones
+    ops = library_ops("gpu_suite", args.ops.split(",") if args.ops else None,
+                      in_given_order=True)
+    if ops is None or not device_ready("gpu_suite", args.device):
         return 2
-    from kdsl import spec
     from kdsl.search.executors import PoolExecutor
     from kdsl.search.runs import versions
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    wanted = args.ops.split(",") if args.ops else None
-    try:
-        ops = spec.library_ops(wanted)
-    except KeyError as e:
-        print(f"gpu_suite: error: {e.args[0]}", file=sys.stderr)
-        return 2
-    if wanted:  # in the order given, so a call with little time left does the first ones
-        ops.sort(key=lambda p: wanted.index(p[1].name))
     cache = args.cache or str(out / "cache.sqlite")
     doc = {"meta": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "host": host(args.device), "backend": args.backend, "versions": versions(), "budget": args.budget,

@@ -381,6 +381,10 @@ def test_window_phases_need_an_affine_strided_index():
     assert window("sum(k in 0 .. KW) 2 * x[b, o * S + k] pad(0)") is not None
     assert window("max(k in 0 .. KW) x[b, o * S + 2 * k] pad(-inf)") is None  # dilated
     assert window("max(k in 0 .. KW) x[b, o + S * k] pad(-inf)") is None
+    assert window("max(k in 0 .. KW) x[b, o * S + k] pad(-inf) * x[b, o * S + k] pad(0)") \
+        is not None  # one input read at the same place twice
+    assert window("max(k in 0 .. KW) x[b, o * S + k] pad(-inf) * x[b, o * S + k + 1] pad(0)") \
+        is None  # two windows
     assert window("max(k in 0 .. KW) (x[b, o * S + k] pad(-inf) + o)") is None  # o elsewhere
     assert window("max(k in 0 .. KW) x[b, o * S + k] pad(-inf) + o") is not None  # after it
 

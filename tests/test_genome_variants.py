@@ -25,6 +25,13 @@ def test_bad_usage_is_one_line_and_exit_2(argv, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_cuda_without_a_gpu_is_bad_usage(monkeypatch, capsys):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert genome_variants.main(["--op", "softmax", "--genome", "{}", "--out", "x"]) == 2
+    assert "no CUDA device is visible" in capsys.readouterr().err
+
+
 def test_variants_are_evaluated_in_order_and_a_bad_gene_is_a_failed_row(tmp_path):
     out = tmp_path / "v"
     argv = ["--op", "hash_bucketize", "--backend", "numpy", "--device", "cpu", "--reps", "2",

@@ -1,0 +1,33 @@
+"""What every bench script checks before it measures: the device asked for, the ops named.
+
+Each failure prints one line, ``PROG: error: ...``, and the caller exits 2.
+"""
+from __future__ import annotations
+
+import sys
+
+
+def device_ready(prog: str, device: str) -> bool:
+    """False (after saying so) when --device cuda was asked for on a machine without one."""
+    if device != "cuda":
+        return True
+    import torch
+    if torch.cuda.is_available():
+        return True
+    print(f"{prog}: error: --device cuda but no CUDA device is visible "
+          "(torch.cuda.is_available() is False)", file=sys.stderr)
+    return False
+
+
+def library_ops(prog: str, names: list[str] | None, in_given_order: bool = False):
+    """(spec path, op) of the named library ops (every op without names), in library order
+    or the order given; None (after saying which names no spec defines) on an unknown one."""
+    from kdsl import spec
+    try:
+        ops = spec.library_ops(names)
+    except KeyError as e:
+        print(f"{prog}: error: {e.args[0]}", file=sys.stderr)
+        return None
+    if names and in_given_order:
+        ops.sort(key=lambda p: names.index(p[1].name))
+    return ops
