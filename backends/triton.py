@@ -184,6 +184,14 @@ def _genes(op: ir.Op, plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], di
                           "hardware's tanh.approx.f32 where the output is 16-bit"))
         # H200, gelu_tanh bf16, 2026-12-03: approx 0.133 ms (1.04x the floor), fast 0.169
         d["math"] = "approx"
+    if plan.kind != "collective" and any(
+            isinstance(n, ir.Call) and n.fn in ("exp", "sigmoid", "silu")
+            for e in exprs for n in ir.walk(e)):
+        genes.append(Gene("exp", ("tl", "ftz"), False,
+                          "exp (and sigmoid, silu) by triton's exp, which keeps subnormals, "
+                          "or by the hardware's ex2.approx.ftz.f32: three instructions an "
+                          "element fewer"))
+        d["exp"] = "ftz"
     if plan.kind != "collective" and divisor_dims(op):
         genes.append(Gene("constants", ("none", "divisors"), False,
                           "pass the sizes an output divides by as compile-time constants "
@@ -256,25 +264,27 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
         tile_c = _np2(cols)
         d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), max(1, 2048 // tile_c)))
         d["BLOCK_C"] = 1024
-    elif plan.static_column:  # a long static column: one row per program, wide chunks
+    elif plan.static_column:  # a long static column: one row per program
         d["reduce"] = "online" if "online" in strategies else "looped"
-        tile_c = d["BLOCK_C"] = _pick(COLS, min(_np2(cols), 4096))
-        d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), max(1, 4096 // tile_c)))
-        # 4 warps, 32 elements a thread (H200, cross_entropy bf16 C=32768, 2026-12-03:
-        # 0.152 ms, 1.20x the floor, against 0.169 ms with 8 warps)
-        d["num_warps"] = _pick(WARPS, max(1, min(16, d["BLOCK_R"] * tile_c // 1024)))
+        # one warp, 32 elements a thread: a warp's reductions need no barrier (H200,
+        # cross_entropy bf16 C=32768, 2026-12-03: 0.138 ms, 1.09x the floor, against 0.144
+        # ms for 4096 columns on 4 warps and 0.168 ms on 8)
+        tile_c = d["BLOCK_C"] = _pick(COLS, min(_np2(cols), 1024))
+        d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), max(1, 1024 // tile_c)))
+        d["num_warps"] = 1
         return d
     else:  # segments: the whole row axis per program, chunks along the segment
         d["reduce"] = "online" if "online" in strategies else "looped"
         # One warp across the row axis keeps the reduction along the segment in-thread
         # (H200 embedding_bag_sum: 0.20 ms, 2.5x torch); ops that also write the segment
-        # back do better with 64-lane tiles of 32-row chunks on two warps (H200,
-        # jagged_softmax D=128 bf16, 2026-12-03: 0.241 ms against 0.275 ms at 128 x 16).
+        # back do better with 32-lane tiles of 32-row chunks on one warp (H200,
+        # jagged_softmax D=128 bf16, 2026-12-03: 0.217 ms, against 0.233 ms for 64 x 32
+        # on two warps and 0.275 ms at 128 x 16)
         wide = plan.inner is None
-        d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), 256 if wide else 64))
-        d["BLOCK_C"] = _pick(COLS, max(1, min(_np2(cols), (4096 if wide else 2048)
+        d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), 256 if wide else 32))
+        d["BLOCK_C"] = _pick(COLS, max(1, min(_np2(cols), (4096 if wide else 1024)
                                               // d["BLOCK_R"])))
-        d["num_warps"] = _pick(WARPS, max(1, d["BLOCK_R"] // (128 if wide else 32)))
+        d["num_warps"] = _pick(WARPS, max(1, d["BLOCK_R"] // 128)) if wide else 1
         return d
     elems = d["BLOCK_R"] * tile_c
     d["num_warps"] = _pick(WARPS, max(1, min(16, elems // 512)))

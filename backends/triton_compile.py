@@ -158,6 +158,9 @@ def compile_for(source: str, tgt, examples: list[dict] | None = None) -> dict:
         if fn.__name__ in out:
             continue
         signature, constexprs, attrs, options = _signature(fn, args, kwargs)
+        if "_KD_PTX" in fn.__globals__:  # helpers' inline PTX is for NVIDIA targets only
+            import triton.language as tl
+            fn.__globals__["_KD_PTX"] = tl.constexpr(tgt.backend == "cuda")
         options = {k: v for k, v in options.items() if k in ("num_warps", "num_stages")}
         options["enable_fp_fusion"] = True  # the JIT's default, said out loud
         compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=tgt,

@@ -111,6 +111,9 @@ class ExprGen:
         # tanh: 'libdevice'; 'fast' (exp and a fast division); 'approx' (the hardware's
         # tanh.approx.f32 where the first output is 16-bit, libdevice otherwise)
         self.math = "libdevice"
+        # exp: 'tl' (triton's, which guards subnormals: three more instructions an element)
+        # or 'ftz' (the hardware's ex2.approx.ftz.f32 on f32 values)
+        self.exp = "tl"
         self.ct = compute_type(op, dtype)
         self.scan: Callable[[ir.Scan], Val] | None = None
 
@@ -299,6 +302,13 @@ class ExprGen:
         b = self.to_float(b)
         return self.em.let(f"_kd_pow({a.code}, {b.code})", "float", a.axes | b.axes)
 
+    def exp_of(self, code: str) -> str:
+        """Source of exp(``code``) for a float value, as the ``exp`` choice says."""
+        if self.exp == "ftz":
+            self.em.helpers.add("exp_ftz")
+            return f"_kd_exp_ftz({code})"
+        return f"tl.exp({code})"
+
     def call(self, e: ir.Call) -> Val:
         fn = e.fn
         if fn in ("f32", "f16", "bf16", "f64"):
@@ -323,9 +333,14 @@ class ExprGen:
                     "fast": ("tanh_fast", "_kd_tanh_fast({})"),
                     "approx": ("tanh_approx", "_kd_tanh_approx({}, p_%s.dtype.element_ty"
                                ".primitive_bitwidth < 32)" % out)}[self.math]
-                self.em.helpers.update({helper, "tanh"})
+                self.em.helpers.add(helper)
                 unary_float = dict(unary_float, tanh=call)
             a = self.to_float(args[0])
+            if self.exp == "ftz" and fn in ("exp", "sigmoid", "silu"):
+                sig = f"(1.0 / (1.0 + {self.exp_of('-' + a.code)}))"
+                code = {"exp": self.exp_of(a.code), "sigmoid": sig,
+                        "silu": f"({a.code} * {sig})"}[fn]
+                return self.em.let(code, "float", axes)
             return self.em.let(unary_float[fn].format(a.code), "float", axes)
         if fn == "hash64":
             self.em.helpers.add("hash64")

@@ -32,16 +32,22 @@ def _kd_floordiv(a, b):
     q = a // b
     return tl.where(((a % b) != 0) & ((a < 0) != (b < 0)), q - 1, q)
 ''',
-    "tanh": '''
+    "gpu": '''
 import os  # noqa: E402
 
 from triton.language.extra import libdevice  # noqa: E402
 
-# the interpreter has no libdevice; it runs when TRITON_INTERPRET=1 (read as triton does)
+import torch  # noqa: E402
+
+# the interpreter has no libdevice and no inline assembly; it runs when TRITON_INTERPRET=1
+# (read as triton does)
 _KD_LIBDEVICE = tl.constexpr(os.environ.get("TRITON_INTERPRET", "").lower()
                              not in ("1", "true", "on", "yes"))
-
-
+# inline PTX only where kernels compile for NVIDIA GPUs (a static compile for another
+# target sets this for that target)
+_KD_PTX = tl.constexpr(bool(_KD_LIBDEVICE) and torch.version.hip is None)
+''',
+    "tanh": '''
 @triton.jit
 def _kd_tanh(x):
     # libdevice on a GPU; the interpreter has no libdevice: a portable form, with a
@@ -74,12 +80,26 @@ def _kd_tanh_fast(x):
 def _kd_tanh_approx(x, APPROX: tl.constexpr):
     # APPROX (16-bit outputs): the hardware's tanh.approx.f32 (sm_75+), one special-function
     # op with a relative error near 2^-11, below a 16-bit output's rounding; otherwise, and
-    # in the interpreter (no inline assembly there), _kd_tanh
-    if APPROX and _KD_LIBDEVICE:
+    # in the interpreter and off NVIDIA GPUs (no PTX there), _kd_tanh
+    if APPROX and _KD_PTX:
         r = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
                                       is_pure=True, pack=1)
     else:
         r = _kd_tanh(x)
+    return r
+''',
+    "exp_ftz": '''
+@triton.jit
+def _kd_exp_ftz(x):
+    # f32 on a GPU: the hardware's ex2.approx.ftz.f32 of x * log2(e), two instructions;
+    # triton's exp adds three to keep subnormal inputs and results (below 2^-126, under
+    # the specs' tolerances). Other dtypes, the interpreter and other GPUs: tl.exp
+    if _KD_PTX and x.dtype == tl.float32:
+        r = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f",
+                                      [x * 1.4426950408889634], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+    else:
+        r = tl.exp(x)
     return r
 ''',
     "pow": '''
@@ -98,3 +118,17 @@ def _kd_mul(a, b):
     return a * b
 ''',
 }
+
+# helpers a helper calls or reads (included with it)
+NEEDS = {"tanh": {"gpu"}, "tanh_approx": {"tanh"}, "exp_ftz": {"gpu"}}
+
+
+def with_needs(names: set[str]) -> list[str]:
+    """``names`` and what they need, in the order the module defines them."""
+    out, todo = set(), list(names)
+    while todo:
+        n = todo.pop()
+        if n not in out:
+            out.add(n)
+            todo += NEEDS.get(n, ())
+    return sorted(out, key=lambda n: (n != "gpu", n))

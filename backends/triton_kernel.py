@@ -13,7 +13,7 @@ from kdsl import ir
 from kdsl import dtypes
 
 from .triton_expr import Emitter, ExprGen, Val, variants
-from .triton_helpers import HELPERS
+from .triton_helpers import HELPERS, with_needs
 from .triton_plan import Plan, flat_extent
 
 TILE_CAP = 16384  # elements of one register tile ([BLOCK_R, BLOCK_C]); larger spills
@@ -154,7 +154,7 @@ def module(op: ir.Op, doc: str, helpers: set[str], kernels: list[str],
            launcher: list[str]) -> str:
     parts = [f'"""{doc}"""\nimport triton\nimport triton.language as tl',
              f"EXAMPLES = {examples(op)!r}"]
-    parts += [HELPERS[h].strip("\n") + "\n" for h in sorted(helpers)]
+    parts += [HELPERS[h].strip("\n") + "\n" for h in with_needs(helpers)]
     parts += kernels
     parts.append("\n".join(launcher))
     return "\n\n".join(parts) + "\n"

@@ -68,12 +68,12 @@ def unrollable(plan: Plan) -> bool:
 
 class RowKernel:
     def __init__(self, op: ir.Op, plan: Plan, strategy: str, name: str, dtype: str,
-                 math: str = "libdevice", constant_dims=()):
+                 math: str = "libdevice", constant_dims=(), exp: str = "tl"):
         self.op, self.plan, self.strategy, self.name, self.dtype = op, plan, strategy, name, dtype
         self.constant_dims = constant_dims
         self.em = Emitter()
         self.gen = ExprGen(self.em, op, {}, {}, dtype)
-        self.gen.math = math
+        self.gen.math, self.gen.exp = math, exp
 
     # ---- the kernel body ----
     def render(self) -> str:
@@ -347,8 +347,9 @@ class RowKernel:
                            v.axes | mk.axes)
                 em.emit(f"{m}_n = tl.maximum({m}, tl.max({x.code}, axis=1)[:, None])")
                 em.emit(f"{m}_z = tl.where({m}_n == float('-inf'), 0.0, {m}_n)")
-                em.emit(f"{s} = {s} * tl.exp({m} - {m}_z) + "
-                        f"tl.sum(tl.exp({x.code} - {m}_z), axis=1)[:, None]")
+                exp = self.gen.exp_of
+                em.emit(f"{s} = {s} * {exp(f'{m} - {m}_z')} + "
+                        f"tl.sum({exp(f'{x.code} - {m}_z')}, axis=1)[:, None]")
                 em.emit(f"{m} = {m}_n")
                 return
             n, mean, m2 = acc
@@ -451,20 +452,20 @@ def _reads(rv, names) -> set[str]:
 def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], set, list[str]]:
     """(kernels, helpers, launcher lines) for a pointwise or row plan."""
     strategy = genome.get("reduce", "looped") if plan.kind != "pointwise" else "pointwise"
-    math = genome.get("math", "libdevice")
+    math, exp = genome.get("math", "libdevice"), genome.get("exp", "tl")
     consts = divisor_dims(op) if genome.get("constants") == "divisors" else ()
     if strategy == "phases":
-        return render_window(op, plan, window_of(plan), genome, name, math, consts)
+        return render_window(op, plan, window_of(plan), genome, name, math, consts, exp)
     fallback = plan.kind != "pointwise" and strategy == "onepass"
     kernels, helpers, names = [], set(), []
     for dtype, suffix in dtype_suffixes(op):
-        k = RowKernel(op, plan, strategy, name + suffix, dtype, math, consts)
+        k = RowKernel(op, plan, strategy, name + suffix, dtype, math, consts, exp)
         kernels.append(k.render())
         helpers |= k.em.helpers
         names.append(name + suffix)
         if fallback:
             k = RowKernel(op, plan, "online" if plan.fused else "looped",
-                          name + suffix + "_looped", dtype, math, consts)
+                          name + suffix + "_looped", dtype, math, consts, exp)
             kernels.append(k.render())
             helpers |= k.em.helpers
     launcher = rows_launcher(op, plan, genome, names, fallback)

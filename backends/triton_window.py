@@ -133,10 +133,10 @@ CONSTEXPRS = ["BLOCK_R", "BLOCK_C", "WS", "SP", "J0", "J1", "QLO", "QHI"]
 
 
 def kernel_source(op: ir.Op, plan: Plan, win: Window, name: str, dtype: str,
-                  math: str = "libdevice", constant_dims=()) -> tuple[str, set]:
+                  math: str = "libdevice", constant_dims=(), exp: str = "tl") -> tuple[str, set]:
     em = Emitter()
     gen = ExprGen(em, op, {}, {}, dtype)
-    gen.math = math
+    gen.math, gen.exp = math, exp
     prologue(em, gen, plan, False)
     rv = plan.row_values[0]
     body = _replace(rv.body, win.subscript, ir.Name(POS))
@@ -184,11 +184,12 @@ def _kind(op, gen: ExprGen, body: ir.Expr) -> str:
 
 
 def render(op: ir.Op, plan: Plan, win: Window, genome: dict, name: str,
-           math: str = "libdevice", constant_dims=()):
+           math: str = "libdevice", constant_dims=(), exp: str = "tl"):
     """(kernels, helpers, launcher lines) of the phases strategy."""
     kernels, helpers, names = [], set(), []
     for dtype, suffix in dtype_suffixes(op):
-        src, used = kernel_source(op, plan, win, name + suffix, dtype, math, constant_dims)
+        src, used = kernel_source(op, plan, win, name + suffix, dtype, math, constant_dims,
+                                  exp)
         kernels.append(src)
         helpers |= used
         names.append(name + suffix)
