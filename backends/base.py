@@ -79,6 +79,9 @@ class Built:
     fn: KernelFn
     log: str = ""
     meta: dict = field(default_factory=dict)
+    # compile ahead for these (sizes, dtype) pairs, all at once (a JIT backend's kernels
+    # otherwise compile one after another, at their first call); None: nothing to do
+    prepare: Callable[[list[tuple[dict, str]]], None] | None = None
 
 
 class Unsupported(Exception):

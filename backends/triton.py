@@ -122,19 +122,22 @@ class TritonBackend:
                 raise BuildError("triton kernels run on the CPU only in the interpreter: set "
                                  "TRITON_INTERPRET=1 in the environment before this process "
                                  "defines them")
-        else:
-            from .triton_compile import compile_for, example_for, native_target
-            from triton.compiler.errors import CompilationError
-            # the resource report is for the kernel that is timed: the bench dtype's variant
-            # (each variant is a compile of its own, seconds for a sorting network)
-            examples = [example_for(op)] if op.bench else None
-            try:
-                meta = compile_for(source, native_target(), examples)
-            except CompilationError as e:
-                raise BuildError(f"triton compile failed: {e}", traceback.format_exc()) from None
-            except Exception as e:  # the static pass could not run; the JIT still will
-                meta = {"static_compile": f"skipped: {type(e).__name__}: {e}"}
-        return Built(fn=fn, log="", meta=meta)
+            return Built(fn=fn, log="", meta=meta)
+        from .triton_compile import example_at, example_for, warm
+        from triton.compiler.errors import CompilationError
+        # the bench dtype's kernels (each variant a compile of its own, seconds for a sorting
+        # network), compiled by this process's JIT: the timing runs reuse them, and their
+        # resource report is the driver's
+        try:
+            meta = warm(namespace, [example_for(op)], fallbacks=True) if op.bench else {}
+        except CompilationError as e:
+            raise BuildError(f"triton compile failed: {e}", traceback.format_exc()) from None
+        except Exception as e:  # the ahead-of-time pass could not run; the JIT still will
+            meta = {"static_compile": f"skipped: {type(e).__name__}: {e}"}
+
+        def prepare(shapes):
+            warm(namespace, [example_at(op, sizes, dt) for sizes, dt in shapes])
+        return Built(fn=fn, log="", meta=meta, prepare=prepare)
 
 
 @lru_cache(maxsize=256)

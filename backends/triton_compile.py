@@ -40,14 +40,18 @@ def native_target():
 
 def example_for(op, dtype: str | None = None) -> dict:
     """Sizes, dtype and tensor shapes of an op's first GPU bench point (``dtype`` overrides)."""
-    from kdsl import dtypes
-    from kdsl.sizes import shape_of
     points = [p for p in op.bench if p.device in (None, "cuda")] or list(op.bench)
     p = points[0]
-    sizes, dt = p.size_dict(), dtype or p.dtype or op.dtype_choices[0]
-    return {"sizes": sizes, "dtype": dt,
+    return example_at(op, p.size_dict(), dtype or p.dtype or op.dtype_choices[0])
+
+
+def example_at(op, sizes: dict, dtype: str) -> dict:
+    """The launch example of ``op`` at ``sizes`` in ``dtype``: sizes and tensor shapes."""
+    from kdsl import dtypes
+    from kdsl.sizes import shape_of
+    return {"sizes": dict(sizes), "dtype": dtype,
             "tensors": {t.name: {"role": t.role, "shape": list(shape_of(op, t.name, sizes)),
-                                 "dtype": dtypes.TORCH[op.dtype_of(t.name, dt)]}
+                                 "dtype": dtypes.TORCH[op.dtype_of(t.name, dtype)]}
                         for t in op.tensors if t.role in ("in", "out")}}
 
 
@@ -79,13 +83,16 @@ class _Recorder:
         return launch
 
 
-def launches(source: str, examples: list[dict] | None = None) -> list[tuple]:
+def launches(source: str, examples: list[dict] | None = None, namespace: dict | None = None,
+             fallbacks: bool = True) -> list[tuple]:
     """(jit function, grid, args, kwargs) of each launch ``kernel()`` makes on the examples
-    (the module's ``EXAMPLES`` by default); a module with an ``ONEPASS_MAX`` knob is run
-    again with it at 0, so its fallback kernels are launched too."""
+    (the module's ``EXAMPLES`` by default), in ``namespace`` (a loaded module's, whose jit
+    functions are then the ones recorded) or a fresh load of ``source``. With
+    ``fallbacks``, a module with an ``ONEPASS_MAX`` knob is run again with it at 0, so its
+    fallback kernels are launched too."""
     import torch
     from triton.runtime.jit import JITFunction
-    ns = vars(load_module(source))
+    ns = namespace if namespace is not None else vars(load_module(source))
     examples = examples or ns.get("EXAMPLES")
     if not examples or any("tensors" not in e for e in examples):
         raise ValueError("no example sizes: pass examples=[example_for(op)]")
@@ -93,7 +100,7 @@ def launches(source: str, examples: list[dict] | None = None) -> list[tuple]:
     if not jitted and any(type(v).__name__ == "InterpretedFunction" for v in ns.values()):
         raise RuntimeError("TRITON_INTERPRET=1 is set: kernels are interpreted, not compiled")
     calls: list = []
-    knobs = [{}] + ([{"ONEPASS_MAX": 0}] if "ONEPASS_MAX" in ns else [])
+    knobs = [{}] + ([{"ONEPASS_MAX": 0}] if fallbacks and "ONEPASS_MAX" in ns else [])
     saved = {k: ns[k] for knob in knobs for k in knob}
     ns.update({k: _Recorder(v, calls) for k, v in jitted.items()})
     try:
@@ -208,3 +215,43 @@ def _cubin_resources(cubin: bytes, name: str) -> tuple[int, int]:
     regs = re.search(r"REG:(\d+)", block)
     local = re.search(r"LOCAL:(\d+)", block)
     return (int(regs.group(1)) if regs else -1, int(local.group(1)) // 4 if local else -1)
+
+
+def warm(namespace: dict, examples: list[dict], threads: int | None = None,
+         fallbacks: bool = False) -> dict:
+    """Compile, through the JIT of this process, every kernel the loaded module
+    ``namespace`` launches on ``examples``, all at once on ``threads`` CPU threads (Triton's
+    compiler releases the GIL; a sorting network takes seconds a row length), so the runs
+    that follow find them compiled. Returns {kernel name: meta} as ``compile_for`` does,
+    registers and spills as the driver reports them, for the first example's launches.
+    Needs a GPU (the JIT compiles for the current device)."""
+    from concurrent.futures import ThreadPoolExecutor
+    calls = launches("", examples[:1], namespace, fallbacks)
+    first = len(calls)  # the first example's launches: the ones reported
+    if len(examples) > 1:
+        calls += launches("", examples[1:], namespace, fallbacks)
+    threads = threads or min(8, os.cpu_count() or 1)
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:  # an older triton: one compile after another
+        AsyncCompileMode = None
+    kernels = []
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        if AsyncCompileMode is None:
+            kernels = [fn.warmup(*a, grid=g, **kw) for fn, g, a, kw in calls]
+        else:
+            with AsyncCompileMode(pool):
+                kernels = [fn.warmup(*a, grid=g, **kw) for fn, g, a, kw in calls]
+    out = {}
+    for (fn, _grid, args, kwargs), k in zip(calls[:first], kernels):
+        if fn.__name__ in out:
+            continue
+        k = k.result() if hasattr(k, "result") else k
+        k._init_handles()
+        _, constexprs, _, options = _signature(fn, args, kwargs)
+        out[fn.__name__] = {
+            "target": f"{k.metadata.target.backend}:{k.metadata.target.arch}", "n_regs": int(k.n_regs), "n_spills": int(k.n_spills),
+            "shared": int(k.metadata.shared), "num_warps": options.get("num_warps", 4),
+            "num_stages": options.get("num_stages", 3),
+            "constexprs": {c: v for c, v in constexprs.items() if isinstance(v, (int, str))}}
+    return out

@@ -274,6 +274,38 @@ def test_an_exception_inside_a_stage_is_a_failure_not_a_raise(monkeypatch):
     assert "evaluator bug" in r.artifacts["traceback"]
 
 
+def _with_prepare(monkeypatch, hook):
+    """The fake backend's builds, each given ``hook`` as its prepare step."""
+    backend = fake_backend.REGISTRY["fakepy"]
+    plain = type(backend).build
+
+    def build(self, op, source, device):
+        return dataclasses.replace(plain(self, op, source, device), prepare=hook)
+    monkeypatch.setattr(type(backend), "build", build)
+
+
+def test_a_build_prepares_every_planned_shape_before_the_cases_run(monkeypatch):
+    seen, ran = [], []
+    _with_prepare(monkeypatch, lambda shapes: seen.append((list(shapes), len(ran))))
+    real = correctness.run_case
+    monkeypatch.setattr(correctness, "run_case", lambda *a: ran.append(1) or real(*a))
+    r = evaluate(SOFTMAX)
+    assert r.ok, r.message
+    (shapes, cases_before), = seen  # once, before any case ran
+    planned = correctness.plan(load("softmax"), QUICK)
+    assert cases_before == 0 and shapes == [(p.shape.sizes, p.shape.dtype) for p in planned]
+    assert r.artifacts["prepare_s"] >= 0 and "prepare" not in r.artifacts
+
+
+def test_a_failing_prepare_is_no_verdict(monkeypatch):
+    def broken(shapes):
+        raise RuntimeError("no compiler here")
+    _with_prepare(monkeypatch, broken)
+    r = evaluate(SOFTMAX)
+    assert r.ok and r.artifacts["cases_checked"] >= 4
+    assert r.artifacts["prepare"] == "skipped: RuntimeError: no compiler here"
+
+
 def test_running_out_of_memory_is_marked_for_the_worker(monkeypatch):
     def exhaust(op, kernel, config):
         raise MemoryError("Unable to allocate 4.00 EiB")
