@@ -33,15 +33,11 @@ def target(backend: str, arch, warp_size: int):
     return GPUTarget(backend, arch, warp_size)
 
 
-def native_target():
-    from triton.runtime import driver
-    return driver.active.get_current_target()
-
-
 def example_for(op, dtype: str | None = None) -> dict:
     """Sizes, dtype and tensor shapes of an op's first GPU bench point (``dtype`` overrides)."""
-    points = [p for p in op.bench if p.device in (None, "cuda")] or list(op.bench)
-    p = points[0]
+    # the point the timing stage picks: the one declared for cuda, else the one for every
+    # device (else the first, for the static reports of a CPU-only spec)
+    p = next((p for want in ("cuda", None) for p in op.bench if p.device == want), op.bench[0])
     return example_at(op, p.size_dict(), dtype or p.dtype or op.dtype_choices[0])
 
 
@@ -173,12 +169,16 @@ def compile_for(source: str, tgt, examples: list[dict] | None = None) -> dict:
         compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=tgt,
                                   options=options)
         regs, spills = _resources(compiled, tgt.backend)
-        out[fn.__name__] = {
-            "target": f"{tgt.backend}:{tgt.arch}", "n_regs": regs, "n_spills": spills,
+        out[fn.__name__] = _meta(tgt, regs, spills, compiled, constexprs, options)
+    return out
+
+
+def _meta(tgt, regs: int, spills: int, compiled, constexprs: dict, options: dict) -> dict:
+    """One kernel's entry in a build's report."""
+    return {"target": f"{tgt.backend}:{tgt.arch}", "n_regs": regs, "n_spills": spills,
             "shared": int(compiled.metadata.shared), "num_warps": options.get("num_warps", 4),
             "num_stages": options.get("num_stages", 3),
             "constexprs": {k: v for k, v in constexprs.items() if isinstance(v, (int, str))}}
-    return out
 
 
 def _resources(compiled, backend: str) -> tuple[int, int]:
@@ -218,40 +218,51 @@ def _cubin_resources(cubin: bytes, name: str) -> tuple[int, int]:
 
 
 def warm(namespace: dict, examples: list[dict], threads: int | None = None,
-         fallbacks: bool = False) -> dict:
+         fallbacks: bool = False, report: bool = True) -> dict:
     """Compile, through the JIT of this process, every kernel the loaded module
-    ``namespace`` launches on ``examples``, all at once on ``threads`` CPU threads (Triton's
-    compiler releases the GIL; a sorting network takes seconds a row length), so the runs
-    that follow find them compiled. Returns {kernel name: meta} as ``compile_for`` does,
-    registers and spills as the driver reports them, for the first example's launches.
-    Needs a GPU (the JIT compiles for the current device)."""
+    ``namespace`` launches on ``examples``, all at once on ``threads`` CPU threads (on the
+    development VM two static compiles of top-k networks took 2.5 s on two threads against
+    4.6 s one after another), so the runs that follow find them compiled. With ``report``,
+    returns {kernel name: meta} as ``compile_for`` does for the first example's launches,
+    registers and spills as the driver reports them (a kernel it cannot report gets
+    ``{"error": ...}``). Needs a GPU: the JIT compiles for the current device."""
     from concurrent.futures import ThreadPoolExecutor
+    if not examples:
+        return {}
     calls = launches("", examples[:1], namespace, fallbacks)
     first = len(calls)  # the first example's launches: the ones reported
     if len(examples) > 1:
         calls += launches("", examples[1:], namespace, fallbacks)
-    threads = threads or min(8, os.cpu_count() or 1)
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:  # an older triton: one compile after another
-        AsyncCompileMode = None
-    kernels = []
-    with ThreadPoolExecutor(max(1, threads)) as pool:
-        if AsyncCompileMode is None:
-            kernels = [fn.warmup(*a, grid=g, **kw) for fn, g, a, kw in calls]
-        else:
-            with AsyncCompileMode(pool):
-                kernels = [fn.warmup(*a, grid=g, **kw) for fn, g, a, kw in calls]
-    out = {}
-    for (fn, _grid, args, kwargs), k in zip(calls[:first], kernels):
+    with ThreadPoolExecutor(max(1, threads or min(8, os.cpu_count() or 1))) as pool:
+        kernels = _compile_all(calls, pool)
+    out: dict = {}
+    for (fn, _grid, args, kwargs), k in list(zip(calls, kernels))[:first] if report else ():
         if fn.__name__ in out:
             continue
-        k = k.result() if hasattr(k, "result") else k
-        k._init_handles()
-        _, constexprs, _, options = _signature(fn, args, kwargs)
-        out[fn.__name__] = {
-            "target": f"{k.metadata.target.backend}:{k.metadata.target.arch}", "n_regs": int(k.n_regs), "n_spills": int(k.n_spills),
-            "shared": int(k.metadata.shared), "num_warps": options.get("num_warps", 4),
-            "num_stages": options.get("num_stages", 3),
-            "constexprs": {c: v for c, v in constexprs.items() if isinstance(v, (int, str))}}
+        try:
+            k = k.result() if hasattr(k, "result") else k
+            k._init_handles()
+            _, constexprs, _, options = _signature(fn, args, kwargs)
+            out[fn.__name__] = _meta(k.metadata.target, int(k.n_regs), int(k.n_spills), k,
+                                     constexprs, options)
+        except Exception as e:  # e.g. out of shared memory: the kernel's own run says so
+            out[fn.__name__] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     return out
+
+
+def _compile_all(calls: list[tuple], pool) -> list:
+    """The compiled kernel of each launch, compiled concurrently on ``pool`` where this
+    triton can (``AsyncCompileMode``), else one after another."""
+    try:
+        from triton.runtime import _async_compile
+    except ImportError:
+        return [fn.warmup(*a, grid=g, **kw) for fn, g, a, kw in calls]
+    mode = _async_compile.AsyncCompileMode(pool)
+    try:
+        with mode:
+            return [fn.warmup(*a, grid=g, **kw) for fn, g, a, kw in calls]
+    finally:
+        # some triton versions (3.6) leave the mode active when a compile raised: every
+        # later compile in this process would then go to this pool, shut down by then
+        if _async_compile.active_mode.get() is mode:
+            _async_compile.active_mode.set(None)

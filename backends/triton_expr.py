@@ -336,7 +336,8 @@ class ExprGen:
                 self.em.helpers.add(helper)
                 unary_float = dict(unary_float, tanh=call)
             a = self.to_float(args[0])
-            if self.exp == "ftz" and fn in ("exp", "sigmoid", "silu"):
+            if self.exp == "ftz" and fn in ("exp", "sigmoid", "silu") and not a.plain:
+                # (a constant or a dim stays with tl.exp: the helper reads its operand's dtype)
                 sig = f"(1.0 / (1.0 + {self.exp_of('-' + a.code)}))"
                 code = {"exp": self.exp_of(a.code), "sigmoid": sig,
                         "silu": f"({a.code} * {sig})"}[fn]

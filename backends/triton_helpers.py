@@ -124,7 +124,8 @@ NEEDS = {"tanh": {"gpu"}, "tanh_approx": {"tanh"}, "exp_ftz": {"gpu"}}
 
 
 def with_needs(names: set[str]) -> list[str]:
-    """``names`` and what they need, in the order the module defines them."""
+    """``names`` and what they need, in the order a module is to define them (the
+    ``gpu`` block first: other helpers read its constants)."""
     out, todo = set(), list(names)
     while todo:
         n = todo.pop()

@@ -5,7 +5,8 @@
 A Triton evaluation on a GPU compiles one kernel per test shape's row length, dtype and
 specialization (a sorting network takes seconds each). With ``Built.prepare`` the build
 compiles them all at once on the host's CPUs before the cases run; without it each case
-compiles its kernel at its first call. Each op's default genome is evaluated twice (in
+compiles its kernel at its first call (both runs compile the bench point's kernels in the
+build). Each op's default genome is evaluated twice (in
 this order: without, then with), each in a fresh process with an empty Triton cache so
 neither finds the other's kernels; writes DIR/compile_ahead.json and prints a line per
 run: wall time, each stage's seconds, and what the prepare step reported.
@@ -51,11 +52,16 @@ print("RESULT " + json.dumps({
 '''
 
 
-def run_one(name: str, mode: str, reps: int) -> dict:
-    env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="kdsl-ahead-"))
-    env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-c", ONE, name, mode, str(reps)], env=env,
-                          capture_output=True, text=True)
+def run_one(name: str, mode: str, reps: int, timeout_s: float = 1800) -> dict:
+    with tempfile.TemporaryDirectory(prefix="kdsl-ahead-") as cache:
+        env = dict(os.environ, TRITON_CACHE_DIR=cache)
+        env.pop("TRITON_INTERPRET", None)
+        try:
+            proc = subprocess.run([sys.executable, "-c", ONE, name, mode, str(reps)], env=env,
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"op": name, "prepare": mode, "ok": False, "stage": "process",
+                    "message": f"no result within {timeout_s:g} s"}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])

@@ -221,16 +221,20 @@ for path in json.loads(sys.argv[1]):
         except Exception:
             out.setdefault(op.name, {})[name] = {"error": traceback.format_exc()[-3000:]}
 # the launches the JIT warm-up compiles: a loaded module's own kernels, fallbacks on request
-from kdsl.backends.triton_compile import example_at, launches, load_module
-op = next(S.load(p).ops[0] for p in json.loads(sys.argv[1]) if p.endswith("/softmax.kspec"))
-ns = vars(load_module(be.render(op, be.space(op, "cuda").default(), "cuda"), "softmax"))
-shapes = [example_at(op, {"M": 3, "N": 5}, "f32"), example_at(op, {"M": 2, "N": 70000}, "bf16")]
-calls = launches("", shapes, ns, fallbacks=False)
-out["__launches__"] = {
-    "own": all(ns[fn.__name__] is fn for fn, _, _, _ in calls),
-    "names": [fn.__name__ for fn, _, _, _ in calls],
-    "with_fallbacks": len(launches("", shapes, ns, fallbacks=True)),
-    "shapes": [list(a[0].shape) for _, _, a, _ in calls]}
+try:
+    from kdsl.backends.triton_compile import example_at, launches, load_module
+    op = next(S.load(p).ops[0] for p in json.loads(sys.argv[1]) if p.endswith("/softmax.kspec"))
+    ns = vars(load_module(be.render(op, be.space(op, "cuda").default(), "cuda"), "softmax"))
+    shapes = [example_at(op, {"M": 3, "N": 5}, "f32"),
+              example_at(op, {"M": 2, "N": 70000}, "bf16")]
+    calls = launches("", shapes, ns, fallbacks=False)
+    out["__launches__"] = {
+        "own": all(ns[fn.__name__] is fn for fn, _, _, _ in calls),
+        "names": [fn.__name__ for fn, _, _, _ in calls],
+        "with_fallbacks": len(launches("", shapes, ns, fallbacks=True)),
+        "shapes": [list(a[0].shape) for _, _, a, _ in calls]}
+except Exception:
+    out["__launches__"] = {"error": traceback.format_exc()[-3000:]}
 print("RESULTS " + json.dumps(out))
 '''
 
@@ -479,6 +483,7 @@ def test_interpreter_matches_reference(runs, name):
 @pytest.mark.slow
 def test_warm_up_launches_are_the_modules_own_kernels_at_each_shape(runs):
     got = runs["compile"]["__launches__"]
+    assert "error" not in got, got.get("error")
     assert got["own"]  # the JIT objects the cases will call, so their compiles are reused
     # a 5-wide f32 row runs one pass; a 70000-wide bf16 row is past ONEPASS_MAX: the fallback
     assert got["names"] == ["_kd_softmax", "_kd_softmax_looped"], got
