@@ -26,6 +26,8 @@ class EvalConfig:
     bench_dtype: str | None = None        # None: the bench point's dtype
     warmup: int = 3
     reps: int = 10
+    slow_cutoff: float | None = 10.0      # a kernel whose first timed run is this many times
+                                          # the baseline's time gets no more runs (None: all)
     baseline: str = "auto"                # 'auto' (compile on cuda, eager on cpu) | 'eager' | 'compile'
     timeout_s: float = 300.0              # wall clock per evaluation, build included
     memory_mb: int = 8192                 # address-space limit of a CPU worker

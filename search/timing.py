@@ -410,11 +410,19 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
         for t in op.outputs:
             corr.poison(outs[t.name], op.dtype_of(t.name, dtype), 1)
 
-    with hold(), torch.no_grad():
-        samples = timer(lambda: kernel(ins, outs, dict(case.sizes)), warmup=config.warmup,
-                        reps=config.reps, setup=repoison)
     base = time_baseline(op, case, device, baseline_mode(config), config, timer, cache,
                          compile_fn, hold)
+    run = lambda: kernel(ins, outs, dict(case.sizes))  # noqa: E731
+    with hold(), torch.no_grad():
+        # one timed run first: a kernel already far slower than the baseline is ranked by
+        # it, instead of holding the device for warmup + reps more runs of seconds each
+        samples = timer(run, warmup=0, reps=1, setup=repoison)
+        cutoff = config.slow_cutoff
+        if cutoff is not None and samples[0] > cutoff * base.ms:
+            arts["reps_cut"] = (f"one timed run, {samples[0]:.4g} ms: over {cutoff:g}x the "
+                                f"baseline's {base.ms:.4g} ms")
+        else:
+            samples = timer(run, warmup=config.warmup, reps=config.reps, setup=repoison)
     time_ms = statistics.median(samples)
     nbytes = traffic_bytes(op, case.sizes, dtype, case.inputs)
     bw = bandwidth(device, nbytes) if callable(bandwidth) else \

@@ -21,10 +21,12 @@ def softmax_kernel(inputs, outputs, sizes):
 
 
 class FakeTimer:
-    """Returns scripted samples: the first call is the candidate, the next the baseline."""
+    """Scripted samples for the candidate and the baseline. ``measure`` times the baseline
+    first (unless its cache has it), then one probe run of the candidate (no warmup, one
+    rep: given the candidate's first sample), then the candidate's reps."""
 
-    def __init__(self, *samples):
-        self.samples = list(samples)
+    def __init__(self, kernel=(), baseline=None):
+        self.kernel, self.baseline = list(kernel), baseline
         self.calls = []
 
     def __call__(self, fn, warmup, reps, setup=None):
@@ -33,7 +35,9 @@ class FakeTimer:
             if setup:
                 setup()
             fn()
-        return self.samples.pop(0)
+        if (warmup, reps) == (0, 1):
+            return self.kernel[:1]
+        return self.kernel if (0, 1) in self.calls else self.baseline
 
 
 class FakeClock:
@@ -74,7 +78,7 @@ def test_measure_reports_the_medians_and_the_floor():
     assert t.artifacts["floor_ms"] == pytest.approx(nbytes / 1e9 * 1e3)
     assert t.artifacts["suspect"] is False
     assert t.artifacts["bench"] == {"sizes": {"M": 64, "N": 128}, "dtype": "f32"}
-    assert timer.calls == [(2, 5), (2, 5)]
+    assert timer.calls == [(2, 5), (0, 1), (2, 5)]  # baseline, probe, candidate
 
 
 def test_the_baseline_is_timed_once_per_process_and_point():
@@ -83,12 +87,29 @@ def test_the_baseline_is_timed_once_per_process_and_point():
     timing.measure(op, softmax_kernel, CONFIG, timer=first, bandwidth=1e9, baselines=cache)
     second = FakeTimer([2.0] * 5)
     t = timing.measure(op, softmax_kernel, CONFIG, timer=second, bandwidth=1e9, baselines=cache)
-    assert len(second.calls) == 1 and t.baseline_ms == 4.0 and t.time_ms == 2.0
+    assert len(second.calls) == 2 and t.baseline_ms == 4.0 and t.time_ms == 2.0
     other = dataclasses.replace(CONFIG, baseline="compile")
     third = FakeTimer([2.0] * 5, [3.0] * 5)
     t = timing.measure(op, softmax_kernel, other, timer=third, bandwidth=1e9, baselines=cache,
                        compile_fn=lambda fn: fn)
-    assert len(third.calls) == 2 and t.baseline_name == "torch.compile"
+    assert len(third.calls) == 3 and t.baseline_name == "torch.compile"
+
+
+def test_a_kernel_far_slower_than_the_baseline_is_ranked_by_one_run():
+    op = softmax_op()
+    timer = FakeTimer([120.0] * 5, [10.0] * 5)  # the probe: 12x the baseline's median
+    t = timing.measure(op, softmax_kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
+    assert t.message is None and t.time_ms == 120.0 and t.baseline_ms == 10.0
+    assert timer.calls == [(2, 5), (0, 1)]  # no warmup or reps after the probe
+    assert t.artifacts["reps_cut"] == "one timed run, 120 ms: over 10x the baseline's 10 ms"
+    assert t.artifacts["timings_ms"] == [120.0]
+    timer = FakeTimer([90.0] * 5, [10.0] * 5)  # 9x: timed in full
+    t = timing.measure(op, softmax_kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
+    assert timer.calls == [(2, 5), (0, 1), (2, 5)] and "reps_cut" not in t.artifacts
+    every = dataclasses.replace(CONFIG, slow_cutoff=None)
+    timer = FakeTimer([120.0] * 5, [10.0] * 5)
+    t = timing.measure(op, softmax_kernel, every, timer=timer, bandwidth=1e9, baselines={})
+    assert timer.calls == [(2, 5), (0, 1), (2, 5)] and t.artifacts["timings_ms"] == [120.0] * 5
 
 
 def test_faster_than_the_memory_floor_is_suspect():
@@ -223,7 +244,8 @@ def test_cpu_copy_bandwidth_is_measured_once_per_size():
 
 def test_real_cpu_timing_is_positive():
     op = softmax_op("M=16, N=32")
-    t = timing.measure(op, softmax_kernel, CONFIG, baselines={})
+    every = dataclasses.replace(CONFIG, slow_cutoff=None)  # numpy may be 10x torch here
+    t = timing.measure(op, softmax_kernel, every, baselines={})
     assert t.message is None and t.time_ms > 0 and t.baseline_ms > 0
     assert len(t.artifacts["timings_ms"]) == CONFIG.reps
 
@@ -263,5 +285,5 @@ def test_the_device_lock_covers_timed_runs_or_the_whole_stage(monkeypatch, thres
     t = timing.measure(softmax_op(), kernel, config, timer=Timer([1.0] * 5, [2.0] * 5),
                        bandwidth=1e9, baselines={})
     assert t.message is None and t.artifacts["device_lock"] == mode
-    assert timer_calls == [True, True]  # the kernel's and the baseline's timed runs
+    assert timer_calls == [True, True, True]  # the baseline's, the probe's, the kernel's runs
     assert kernel_calls[0] is (mode == "stage")  # the bench-size check and its compile
