@@ -129,6 +129,9 @@ def _signature(fn, args, kwargs):
         elif isinstance(value, torch.Tensor):
             signature[name] = "*" + TORCH_TO_TRITON[str(value.dtype).removeprefix("torch.")]
             attrs[(i,)] = [["tt.divisibility", 16]]
+        elif type(value).__name__ == "TensorDescriptor":
+            dt = TORCH_TO_TRITON[str(value.base.dtype).removeprefix("torch.")]
+            signature[name] = f"tensordesc<{dt}{list(value.block_shape)}>"
         elif isinstance(value, bool):
             signature[name] = "i1"
         elif isinstance(value, int):

@@ -18,7 +18,7 @@ from kdsl.sizes import evaluate
 
 from .base import Gene, Genome, Unsupported
 from .triton_dot_plan import Contraction, NotAContraction, analyze
-from .triton_dot_source import render_module, split_axes
+from .triton_dot_source import render_module, split_axes, tma_layout
 
 WIDE_TILES = (16, 32, 64, 128, 256)
 PAIR_TILES = (16, 32, 64)  # a gram tile covers F features; F is tens, not thousands
@@ -58,6 +58,10 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
     if len(plan.m) > 1 or len(plan.n) > 1:
         out.append(Gene("FLATTEN", (0, 1), doc="1: every index of a side joins the tile; "
                                                "0: only the innermost, the rest go to the grid"))
+    if tma_layout(plan):
+        out.append(Gene("TMA", (0, 1), doc="1: both factors' tiles by tensor descriptors "
+                                           "(the copy engine; zero fill past the edges) "
+                                           "where their strides allow; 0: pointer loads"))
     return out
 
 
@@ -70,6 +74,8 @@ def defaults(op: ir.Op, device: str) -> Genome:
     plan = _plan(op)
     sizes = _bench_sizes(op, device)
     g: Genome = {}
+    if tma_layout(plan):
+        g["TMA"] = 0  # not yet timed against the pointer loads
     if len(plan.m) > 1 or len(plan.n) > 1:
         inner = [_extent(axes[-1:], sizes) for axes in (plan.m, plan.n) if len(axes) > 1]
         g["FLATTEN"] = int(min(inner) < 128)

@@ -38,6 +38,30 @@ def _position(plan: Contraction, ax: Axis) -> float:
     return plan.lhs.index(ax.name)
 
 
+def tma_layout(plan: Contraction) -> tuple[str, str] | None:
+    """How tensor descriptors would read the two factors: ("mk" | "km", "kn" | "nk"), the
+    order of each factor's two subscripts; None unless both are plain 2-D reads (bare axis
+    names from 0, no padding) of one M or N axis and one K axis, with no batch or pairs."""
+    if plan.batch or plan.pairs or len(plan.m) != 1 or len(plan.n) != 1 or len(plan.k) != 1:
+        return None
+    k = plan.k[0].name
+    out = []
+    for f, tile, order in ((plan.a, plan.m[0], ("mk", "km")), (plan.b, plan.n[0], ("nk", "kn"))):
+        subs = f.subscripts
+        if f.pad is not None or len(subs) != 2 or not all(isinstance(x, ir.Name) for x in subs):
+            return None
+        if any(ax.lo != ir.Num(0) for ax in (tile, plan.k[0])):
+            return None
+        names = [x.name for x in subs]
+        if names == [tile.name, k]:
+            out.append(order[0])
+        elif names == [k, tile.name]:
+            out.append(order[1])
+        else:
+            return None
+    return out[0], out[1]
+
+
 def tensors(plan: Contraction) -> list[str]:
     names = [plan.a.tensor, plan.b.tensor]
     names += [n.tensor for n in ir.walk(plan.epilogue) if isinstance(n, ir.Access)]
@@ -49,17 +73,19 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict) -> str:
     batch, m, n = split_axes(plan, bool(genome.get("FLATTEN", 1)))
     name = "kdsl_" + "".join(c if c.isalnum() else "_" for c in op.name)
     helpers: set[str] = set()
-    body = _kernel_body(op, plan, batch, m, n, helpers)
-    ptrs = [f"t_{t}" for t in tensors(plan)]
+    tma = tma_layout(plan)
+    body = _kernel_body(op, plan, batch, m, n, helpers, tma)
+    ptrs = [f"t_{t}" for t in tensors(plan)] + (["desc_a", "desc_b"] if tma else [])
     dims = [f"d_{d}" for d in op.dims]
     params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k"] + [
         f"{c}: tl.constexpr" for c in
-        ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "IDX64", "IEEE", "SHARE")]
+        ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "IDX64", "IEEE", "SHARE")
+        + (("TMA",) if tma else ())]
     sig = _wrap(f"def {name}(", params, "):")
-    parts = [_HEADER.format(op=op.name)]
+    parts = [_HEADER.format(op=op.name) + (_TMA_IMPORT if tma else "")]
     parts += [HELPERS[h] for h in sorted(helpers)]
     parts.append("@triton.jit\n" + sig + "\n" + "\n".join("    " + ln if ln else "" for ln in body))
-    parts.append(_launcher(op, plan, batch, m, n, name, genome))
+    parts.append(_launcher(op, plan, batch, m, n, name, genome, tma))
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
@@ -110,7 +136,7 @@ _DOT = [
 ]
 
 
-def _kernel_body(op, plan: Contraction, batch, m, n, helpers) -> list[str]:
+def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None) -> list[str]:
     dims = TileScope(op, {}, helpers=helpers)
     body = list(_PROLOGUE)
     body += _decompose("pid_b", batch, dims) + _decompose("flat_m", m, dims)
@@ -119,12 +145,13 @@ def _kernel_body(op, plan: Contraction, batch, m, n, helpers) -> list[str]:
     rows = {ax.name: f"i_{ax.name}[:, None]" for ax in m}
     cols = {ax.name: f"i_{ax.name}[None, :]" for ax in n}
     run_m, run_n = _run(m, "flat_m[:, None]", "n_m"), _run(n, "flat_n[None, :]", "n_n")
-    body += _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers)
+    body += _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma)
     out = TileScope(op, {**scalar, **rows, **cols}, helpers=helpers, runs=(run_m, run_n))
     return body + _epilogue(plan, m, n, out)
 
 
-def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpers) -> list[str]:
+def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpers,
+            tma=None) -> list[str]:
     k_cols = {ax.name: f"i_{ax.name}[None, :]" for ax in plan.k}
     k_rows = {ax.name: f"i_{ax.name}[:, None]" for ax in plan.k}
     a_scope = TileScope(op, {**scalar, **rows, **k_cols}, helpers=helpers,
@@ -144,9 +171,22 @@ def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpe
         inner += ["if SHARE:", "    x_b = tl.trans(x_a)", "else:"] + ["    " + ln for ln in b_lines]
     else:
         inner += b_lines
+    if tma:
+        inner = _tma_loads(*tma) + ["else:"] + ["    " + ln for ln in inner]
     inner += _DOT
     return ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
             "for k0 in range(0, n_k, BLOCK_K):"] + ["    " + ln for ln in inner]
+
+
+def _tma_loads(a: str, b: str) -> list[str]:
+    """Both tiles by tensor descriptors (the launcher sets TMA): the copy engine zero-fills
+    what lies past the tensor's edge, so no lane needs a mask."""
+    m0, n0 = "pid_m * BLOCK_M", "pid_n * BLOCK_N"
+    return ["if TMA:",
+            "    x_a = desc_a.load([%s, k0])" % m0 if a == "mk" else
+            "    x_a = tl.trans(desc_a.load([k0, %s]))" % m0,
+            "    x_b = desc_b.load([k0, %s])" % n0 if b == "kn" else
+            "    x_b = tl.trans(desc_b.load([%s, k0]))" % n0]
 
 
 def _epilogue(plan: Contraction, m, n, out: TileScope) -> list[str]:
@@ -268,7 +308,7 @@ def _product(axes) -> str:
     return " * ".join(f"max({_host(ax.extent)}, 0)" for ax in axes) or "1"
 
 
-def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict) -> str:
+def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=None) -> str:
     names = tensors(plan)
     ins = [t for t in names if t != plan.target]
     a, b = plan.a.tensor, plan.b.tensor
@@ -277,11 +317,17 @@ def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict) -> st
         f'        t["{a}"], t["{b}"] = t["{a}"].float(), t["{b}"].float()\n')
     keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
     gen = ", ".join(f'"{k}": {int(genome[k])}' for k in keys)
+    args = ", ".join(f't["{t}"]' for t in ins) + ", dst"
+    descs = ""
+    if tma:
+        gen += f', "TMA": {int(genome.get("TMA", 0))}'
+        args += ", *descs"
+        descs = _DESCRIPTORS.format(a=a, b=b, la=tma[0], lb=tma[1])
     return _LAUNCHER.format(
         genome=gen, name=name, dims=", ".join(f'"{d}"' for d in op.dims),
         n_b=_product(batch), n_m=_product(m), n_n=_product(n), n_k=_product(plan.k),
         ins=", ".join(f'"{t}"' for t in ins), target=plan.target, a=a, cast=cast,
-        args=", ".join(f't["{t}"]' for t in ins) + ", dst")
+        args=args, descs=descs)
 
 
 _HEADER = '''"""Generated by kdsl (backends/triton_dot.py) for op {op}: a contraction as a tl.dot GEMM."""
@@ -290,6 +336,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice  # noqa: F401  (pow, when the epilogue needs it)
 '''
+
+_TMA_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
 
 _LAUNCHER = '''GENOME = {{{genome}}}
 SMEM_DEFAULT = 232448  # H100/H200 opt-in shared memory a block; the interpreter's stand-in
@@ -359,8 +407,23 @@ def kernel(inputs, outputs, sizes):
     cfg = configure(sizes, t["{a}"].element_size(), _smem(dst.device), big,
                     t["{a}"].dtype == torch.float32)
     if cfg is not None:
-        {name}[cfg["grid"]]({args}, *[v for _, v in cfg["scalars"]], **cfg["constexprs"],
+{descs}        {name}[cfg["grid"]]({args}, *[v for _, v in cfg["scalars"]], **cfg["constexprs"],
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if dst is not out:
         out.copy_(dst)
 '''
+
+# The descriptors of a TMA-capable module (inside kernel(), once cfg is known): each
+# factor's block in the order of its subscripts; without the TMA gene, or where the copy
+# engine's rules fail (16-byte aligned base and row strides, unit last stride), None and
+# TMA=False: the pointer loads.
+_DESCRIPTORS = """        bm, bn, bk = (cfg["constexprs"][k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+        blocks = {{"mk": [bm, bk], "km": [bk, bm], "kn": [bk, bn], "nk": [bn, bk]}}
+        pair = ((t["{a}"], blocks["{la}"]), (t["{b}"], blocks["{lb}"]))
+        usable = GENOME["TMA"] and all(
+            x.data_ptr() % 16 == 0 and x.stride(-1) == 1
+            and all(st * x.element_size() % 16 == 0 for st in x.stride()[:-1]) for x, _ in pair)
+        descs = [TensorDescriptor(x, list(x.shape), list(x.stride()), blk) if usable else None
+                 for x, blk in pair]
+        cfg["constexprs"]["TMA"] = bool(usable)
+"""

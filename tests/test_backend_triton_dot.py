@@ -27,6 +27,7 @@ from kdsl import cases, ir
 from kdsl.backends import Unsupported
 from kdsl.backends import triton_dot as td
 from kdsl.backends.triton_dot_plan import analyze
+from kdsl.backends.triton_dot_source import tma_layout
 from kdsl.spec import load, parse_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,6 +220,14 @@ def interp_jobs() -> list[dict]:
                 # int64 offsets, and strided tensors (inputs copied, the output written back)
                 jobs.append(dict(op=name, label=label, genome=g, sizes=RAGGED[name],
                                  dtype="f32", seed=seed, idx64=True, strided=True))
+        if name in ("matmul", "matmul_bias_relu"):
+            # the TMA gene: rows of 16-byte multiples (descriptors) with M, N and K tails,
+            # and a K whose f32 rows are not (the pointer loads again)
+            g = dict(td.defaults(op, "cuda"), TMA=1, BLOCK_M=32, BLOCK_N=32, BLOCK_K=16)
+            for sizes, dt in ((dict(M=37, N=24, K=40), "f32"), (dict(M=40, N=24, K=56), "f16"),
+                              (dict(M=37, N=19, K=45), "f32")):
+                jobs.append(dict(op=name, label="tma", genome=g, sizes=sizes, dtype=dt,
+                                 seed=len(jobs)))
     return jobs
 
 
@@ -232,6 +241,9 @@ def compile_jobs(backend: str) -> list[dict]:
         if backend == "cuda":
             jobs.append(dict(op=name, label="random0", genome=random_genomes(op, 1)[0],
                              sizes=sizes, dtype="f16", backend=backend))
+        if backend == "cuda" and tma_layout(analyze(op)):  # both factors by TMA
+            jobs.append(dict(op=name, label="tma", genome=dict(td.defaults(op, "cuda"), TMA=1),
+                             sizes=sizes, dtype="bf16", backend=backend))
     if backend == "cuda":  # int64 offsets and the f32 (ieee) dot, at a small size
         conv = library_op("conv1d")
         jobs.append(dict(op="conv1d", label="idx64", genome=td.defaults(conv, "cuda"),
@@ -274,6 +286,16 @@ def test_interpreted_kernels_match_the_reference(workers, name):
                               f"{r['error'] or r['mismatch']}" for r in bad[:5])
 
 
+def test_the_tma_gene_reads_by_descriptors_where_the_strides_allow(workers):
+    runs = [r for r in workers["interp"]["results"] if r["label"] == "tma"]
+    assert {r["op"] for r in runs} == {"matmul", "matmul_bias_relu"}
+    for r in runs:
+        assert not r["error"] and not r["mismatch"], r
+        aligned = all(r["sizes"][d] * {"f32": 4, "f16": 2}[r["dtype"]] % 16 == 0
+                      for d in ("N", "K"))
+        assert r["descriptors"] == (2 if aligned else 0), r
+
+
 @pytest.mark.parametrize("backend", ["cuda", "hip"])
 def test_default_kernels_compile_for_both_vendors(workers, backend):
     budget = SM90_SMEM if backend == "cuda" else GFX942_SMEM
@@ -288,6 +310,9 @@ def test_default_kernels_compile_for_both_vendors(workers, backend):
         for r in runs:
             if r["op"] in ("matmul", "matmul_bias_relu") and r["label"] == "default":
                 assert r["wgmma"] and r["pipelined"] and r["n_spills"] == 0, r
+            if r["label"] == "tma":  # or with the copy engine's loads, the TMA gene's
+                assert r["wgmma"] and r["tma"] and r["n_spills"] == 0, r
+        assert {r["op"] for r in runs if r["label"] == "tma"} == {"matmul", "matmul_bias_relu"}
 
 
 def test_launcher_clamps_every_genome(workers):
@@ -332,11 +357,15 @@ def _run_interp(job: dict, where: Path) -> dict:
     outputs = {t.name: tensor(shape_of(op, t.name, job["sizes"]),
                               dtypes.torch_dtype(op.dtype_of(t.name, job["dtype"])))
                for t in op.outputs}
+    made = []  # the tensor descriptors the launcher builds (the TMA gene's path)
+    if hasattr(mod, "TensorDescriptor"):
+        real = mod.TensorDescriptor
+        mod.TensorDescriptor = lambda *a, **k: made.append(1) or real(*a, **k)
     mod.kernel(inputs, outputs, job["sizes"])
     got = {k: v.double().numpy() for k, v in outputs.items()}
     ref = reference.reference(op, job["sizes"], case.inputs)
     bad = compare.compare(op, job["dtype"], got, ref, case.inputs)
-    return {"mismatch": None if bad is None else str(bad)}
+    return {"mismatch": None if bad is None else str(bad), "descriptors": len(made)}
 
 
 TRITON_TYPES = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "i32": "i32", "i64": "i64",
@@ -359,8 +388,20 @@ def static_compile(mod, op: ir.Op, sizes: dict, dtype: str, backend: str, idx64=
               if k.startswith("kdsl_") and isinstance(v, triton.runtime.jit.JITFunction))
     scalars = dict(cfg["scalars"])
     signature, constexprs, attrs = {}, dict(cfg["constexprs"]), {}
+    tma = bool(mod.GENOME.get("TMA")) and "TMA" in fn.arg_names
+    if "TMA" in fn.arg_names:
+        constexprs["TMA"] = tma
+    c = cfg["constexprs"]
+    blocks = {"mk": (c["BLOCK_M"], c["BLOCK_K"]), "kn": (c["BLOCK_K"], c["BLOCK_N"]),
+              "km": (c["BLOCK_K"], c["BLOCK_M"]), "nk": (c["BLOCK_N"], c["BLOCK_K"])}
+    layout = dict(zip(("desc_a", "desc_b"), tma_layout(analyze(op)) or ()))
     for i, arg in enumerate(fn.arg_names):
-        if arg.startswith("t_"):
+        if arg in layout:  # a tensor descriptor, or None (a constexpr) without TMA
+            if tma:
+                signature[arg] = f"tensordesc<{TRITON_TYPES[dtype]}%s>" % list(blocks[layout[arg]])
+            else:
+                signature[arg], constexprs[arg] = "constexpr", None
+        elif arg.startswith("t_"):
             signature[arg] = "*" + TRITON_TYPES[op.dtype_of(arg[2:], dtype)]
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif arg in scalars and scalars[arg] == 1:
@@ -387,6 +428,7 @@ def static_compile(mod, op: ir.Op, sizes: dict, dtype: str, backend: str, idx64=
         out["n_spills"] = int(re.search(r"STACK:(\d+)", usage).group(1)) // 4
         out["wgmma"] = "warp_group_dot" in k.asm["ttgir"]
         out["pipelined"] = "async_copy_global_to_local" in k.asm["ttgir"]
+        out["tma"] = "async_tma_copy_global_to_local" in k.asm["ttgir"]
     else:
         gcn = k.asm["amdgcn"]
         out["n_regs"] = int(re.search(r"\.vgpr_count:\s+(\d+)", gcn).group(1))
