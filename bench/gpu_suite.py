@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tarfile
 import time
@@ -151,6 +152,10 @@ def run(args) -> int:
                     "command": " ".join(sys.argv)}, "rows": []}
     search_pool = PoolExecutor(workers=args.workers)
     t0 = time.monotonic()
+    # `timeout` and batch schedulers stop a run with SIGTERM: leave by the finally below, so
+    # the table says which op was cut off and runs.tar.gz keeps its run directory
+    signal.signal(signal.SIGTERM, _terminated)
+    current = None
     try:
         for path, op in ops:
             if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
@@ -160,14 +165,21 @@ def run(args) -> int:
             # a confirming worker per op, so that no state of one op's torch.compile (a
             # limit, a cache) can reach the next op's figures
             confirm_pool = PoolExecutor(workers=1)
+            current = op.name
             try:
                 row = one_op(path, op, args, out, search_pool, confirm_pool, cache)
             finally:
                 confirm_pool.shutdown()
+            current = None
             doc["rows"].append(row)
             suite_table.write(out, doc)
             print(suite_table.line(row), flush=True)
     finally:
+        if current is not None:
+            why = "terminated" if sys.exc_info()[0] is Terminated else "interrupted"
+            doc["rows"].append({"op": current, "skipped": f"{why} during its search or "
+                                                          f"confirmation (runs/{current})"})
+            print(f"gpu_suite: {why} during {current}", flush=True)
         search_pool.shutdown()
         doc["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
         suite_table.write(out, doc)
@@ -176,6 +188,14 @@ def run(args) -> int:
                 tar.add(out / "runs", arcname="runs")
     print(suite_table.markdown(doc))
     return 0
+
+
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread so that cleanup runs."""
+
+
+def _terminated(signum, frame):
+    raise Terminated(128 + signum)
 
 
 def op_class(op) -> str:

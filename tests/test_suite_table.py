@@ -119,3 +119,33 @@ def test_a_compile_baseline_that_fell_back_to_eager_has_no_compile_figure():
     f = suite_table.figures(r)
     assert f["compile_ms"] == 4.0 and not f["compile_fell_back"]
     assert "captured no graph" not in "\n".join(suite_table.summary_lines(doc([r])))
+
+
+def test_a_terminated_suite_keeps_its_table_and_runs(tmp_path):
+    """SIGTERM (what `timeout` sends) during an op's search: the table names the op cut off
+    and runs.tar.gz still holds its run directory."""
+    import os
+    import signal
+    import subprocess
+    import tarfile
+    import time
+    out = tmp_path / "suite"
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.Popen([sys.executable, str(root / "bench" / "gpu_suite.py"), "--out",
+                             str(out), "--ops", "rmsnorm", "--device", "cpu", "--backend", "c",
+                             "--budget", "500", "--workers", "1"], env=env, cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    while not any((out / "runs" / "rmsnorm").glob("*")) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        time.sleep(0.2)
+    time.sleep(1.0)  # a few evaluations into the search
+    proc.send_signal(signal.SIGTERM)
+    log, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, log[-3000:]
+    doc = json.loads((out / "suite.json").read_text())
+    (row,) = doc["rows"]
+    assert row["op"] == "rmsnorm" and row["skipped"].startswith("terminated during its search")
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        assert any(n.startswith("runs/rmsnorm/") for n in tar.getnames())
