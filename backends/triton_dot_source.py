@@ -419,11 +419,15 @@ def kernel(inputs, outputs, sizes):
 # TMA=False: the pointer loads.
 _DESCRIPTORS = """        bm, bn, bk = (cfg["constexprs"][k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
         blocks = {{"mk": [bm, bk], "km": [bk, bm], "kn": [bk, bn], "nk": [bn, bk]}}
-        pair = ((t["{a}"], blocks["{la}"]), (t["{b}"], blocks["{lb}"]))
-        usable = GENOME["TMA"] and all(
+        sc = dict(cfg["scalars"])
+        # each factor's extent is the contraction's (a sum may cover part of a tensor's axis):
+        # the zero fill must start where the reduction ends, not at the tensor's edge
+        extents = {{"m": sc["n_m"], "n": sc["n_n"], "k": sc["n_k"]}}
+        pair = [(t["{a}"], "{la}"), (t["{b}"], "{lb}")]
+        usable = GENOME["TMA"] and min(extents.values()) > 0 and all(
             x.data_ptr() % 16 == 0 and x.stride(-1) == 1
             and all(st * x.element_size() % 16 == 0 for st in x.stride()[:-1]) for x, _ in pair)
-        descs = [TensorDescriptor(x, list(x.shape), list(x.stride()), blk) if usable else None
-                 for x, blk in pair]
+        descs = [TensorDescriptor(x, [extents[c] for c in order], list(x.stride()), blocks[order])
+                 if usable else None for x, order in pair]
         cfg["constexprs"]["TMA"] = bool(usable)
 """

@@ -93,9 +93,20 @@ op odd_epilogue
   tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
   test  M in 1..40, N in 1..40, K in 1..40
   bench M=512, N=512, K=512, dtype=f16
+op partial_nt
+  dims M, N, K
+  in  a: f32 | f16 [M, K]
+  in  b: like a [N, K]
+  out y: like a [M, N]
+  y[i, j] = sum(k in 0 .. K - 8) a[i, k] * b[j, k]
+  baseline a[:, :K - 8] @ b[:, :K - 8].T
+  tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
+  test  M in 1..40, N in 1..40, K in 9..48
+  bench M=512, N=512, K=512, dtype=f16
 """
-EXTRA = ("bmm_nt_gate", "vecmat_mean", "conv_pad_one", "odd_epilogue")
+EXTRA = ("bmm_nt_gate", "vecmat_mean", "conv_pad_one", "odd_epilogue", "partial_nt")
 SM90_SMEM, GFX942_SMEM = 232448, 65536
+TMA_OPS = ("matmul", "matmul_bias_relu", "partial_nt")  # plain 2-D factors, dims M, N, K
 
 
 @functools.lru_cache(maxsize=None)
@@ -220,9 +231,10 @@ def interp_jobs() -> list[dict]:
                 # int64 offsets, and strided tensors (inputs copied, the output written back)
                 jobs.append(dict(op=name, label=label, genome=g, sizes=RAGGED[name],
                                  dtype="f32", seed=seed, idx64=True, strided=True))
-        if name in ("matmul", "matmul_bias_relu"):
+        if name in TMA_OPS:
             # the TMA gene: rows of 16-byte multiples (descriptors) with M, N and K tails,
-            # and a K whose f32 rows are not (the pointer loads again)
+            # and a K whose f32 rows are not (the pointer loads again); partial_nt reads B
+            # transposed and sums over part of K (the zero fill must start where it ends)
             g = dict(td.defaults(op, "cuda"), TMA=1, BLOCK_M=32, BLOCK_N=32, BLOCK_K=16)
             for sizes, dt in ((dict(M=37, N=24, K=40), "f32"), (dict(M=40, N=24, K=56), "f16"),
                               (dict(M=37, N=19, K=45), "f32")):
@@ -288,7 +300,7 @@ def test_interpreted_kernels_match_the_reference(workers, name):
 
 def test_the_tma_gene_reads_by_descriptors_where_the_strides_allow(workers):
     runs = [r for r in workers["interp"]["results"] if r["label"] == "tma"]
-    assert {r["op"] for r in runs} == {"matmul", "matmul_bias_relu"}
+    assert {r["op"] for r in runs} == set(TMA_OPS)
     for r in runs:
         assert not r["error"] and not r["mismatch"], r
         aligned = all(r["sizes"][d] * {"f32": 4, "f16": 2}[r["dtype"]] % 16 == 0

@@ -97,19 +97,20 @@ def test_the_baseline_is_timed_once_per_process_and_point():
 
 def test_a_kernel_far_slower_than_the_baseline_is_ranked_by_one_run():
     op = softmax_op()
-    timer = FakeTimer([120.0] * 5, [10.0] * 5)  # the probe: 12x the baseline's median
+    timer = FakeTimer([200.0] * 5, [10.0] * 5)  # the probe: 20x the baseline, 7 runs 1.4 s
     t = timing.measure(op, softmax_kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
-    assert t.message is None and t.time_ms == 120.0 and t.baseline_ms == 10.0
+    assert t.message is None and t.time_ms == 200.0 and t.baseline_ms == 10.0
     assert timer.calls == [(2, 5), (0, 1)]  # no warmup or reps after the probe
-    assert t.artifacts["reps_cut"] == "one timed run, 120 ms: over 10x the baseline's 10 ms"
-    assert t.artifacts["timings_ms"] == [120.0]
-    timer = FakeTimer([90.0] * 5, [10.0] * 5)  # 9x: timed in full
-    t = timing.measure(op, softmax_kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
-    assert timer.calls == [(2, 5), (0, 1), (2, 5)] and "reps_cut" not in t.artifacts
-    every = dataclasses.replace(CONFIG, slow_cutoff=None)
-    timer = FakeTimer([120.0] * 5, [10.0] * 5)
-    t = timing.measure(op, softmax_kernel, every, timer=timer, bandwidth=1e9, baselines={})
-    assert timer.calls == [(2, 5), (0, 1), (2, 5)] and t.artifacts["timings_ms"] == [120.0] * 5
+    assert t.artifacts["reps_cut"] == "one timed run, 200 ms: over 10x the baseline's 10 ms"
+    assert t.artifacts["timings_ms"] == [200.0]
+
+    def timed_in_full(kernel_ms, baseline_ms, config=CONFIG):
+        timer = FakeTimer([kernel_ms] * 5, [baseline_ms] * 5)
+        t = timing.measure(op, softmax_kernel, config, timer=timer, bandwidth=1e9, baselines={})
+        return timer.calls == [(2, 5), (0, 1), (2, 5)] and "reps_cut" not in t.artifacts
+    assert timed_in_full(190.0, 20.0)  # 9.5x the baseline
+    assert timed_in_full(140.0, 1.0)  # 140x, but seven runs are under a second
+    assert timed_in_full(200.0, 10.0, dataclasses.replace(CONFIG, slow_cutoff=None))
 
 
 def test_faster_than_the_memory_floor_is_suspect():
