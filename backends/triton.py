@@ -125,11 +125,12 @@ class TritonBackend:
             return Built(fn=fn, log="", meta=meta)
         from .triton_compile import example_at, example_for, warm
         from triton.compiler.errors import CompilationError
-        # the bench point's kernels (each dtype variant a compile of its own, seconds for a
-        # sorting network), compiled by this process's JIT: the timing runs of the bench
-        # dtype reuse them, and their resource report is the driver's
+        # the kernels the bench point launches (each dtype variant a compile of its own,
+        # seconds for a sorting network), compiled by this process's JIT: the timing runs of
+        # the bench dtype reuse them, and their resource report is the driver's (a one-pass
+        # module's wide-row fallback is compiled only where a case launches it)
         try:
-            meta = warm(namespace, [example_for(op)], fallbacks=True) if op.bench else {}
+            meta = warm(namespace, [example_for(op)]) if op.bench else {}
         except CompilationError as e:
             raise BuildError(f"triton compile failed: {e}", traceback.format_exc()) from None
         except Exception as e:  # the ahead-of-time pass could not run; the JIT still will
