@@ -424,7 +424,11 @@ _DESCRIPTORS = """        bm, bn, bk = (cfg["constexprs"][k] for k in ("BLOCK_M"
         # the zero fill must start where the reduction ends, not at the tensor's edge
         extents = {{"m": sc["n_m"], "n": sc["n_n"], "k": sc["n_k"]}}
         pair = [(t["{a}"], "{la}"), (t["{b}"], "{lb}")]
-        usable = GENOME["TMA"] and min(extents.values()) > 0 and all(
+        # the copy engine: NVIDIA's from Hopper (sm_90) on, timed there only; the
+        # interpreter runs on the host
+        engine = not t["{a}"].is_cuda or (torch.version.hip is None and
+                                          torch.cuda.get_device_capability(t["{a}"].device)[0] >= 9)
+        usable = GENOME["TMA"] and engine and min(extents.values()) > 0 and all(
             x.data_ptr() % 16 == 0 and x.stride(-1) == 1
             and all(st * x.element_size() % 16 == 0 for st in x.stride()[:-1]) for x, _ in pair)
         descs = [TensorDescriptor(x, [extents[c] for c in order], list(x.stride()), blocks[order])

@@ -440,6 +440,33 @@ def test_contractions_go_to_triton_dot():
             assert be.render(op, genome, "cuda") == dot.render(op, genome)
 
 
+@pytest.mark.parametrize("name", ["topk_rows", "sort_rows"])
+def test_sorting_networks_hold_at_most_32_keys_a_thread(name):
+    """More rows a program are dropped, then warps added: a longer network spills and
+    takes ptxas minutes (what stalled a top-k search)."""
+    from kdsl.backends.triton import interpreting
+    from kdsl.backends.triton_compile import example_at, launches
+    if interpreting():
+        pytest.skip("this process runs the interpreter")
+    be = get("triton")
+    op = _load(_library()[name])
+    space = be.space(op, "cuda")
+    seen = set()
+    for genome, n in (({"BLOCK_R": 16, "num_warps": 1}, 1024), ({"BLOCK_R": 1, "num_warps": 1},
+                                                                  2048),
+                      ({"BLOCK_R": 4, "num_warps": 4}, 1024), ({"BLOCK_R": 1, "num_warps": 1}, 100)):
+        source = be.render(op, space.complete(genome), "cuda")
+        sizes = {"M": 64, "N": n, "K": 64 if name == "topk_rows" else 0}
+        (fn, grid, args, kw), = launches(source, [example_at(op, {k: v for k, v in sizes.items()
+                                                                  if k in op.dims}, "i64")])
+        keys = kw["BLOCK_R"] * kw["BLOCK_C"] // (32 * kw["num_warps"])
+        seen.add((kw["BLOCK_R"], kw["BLOCK_C"], kw["num_warps"]))
+        assert keys <= 32 or kw["BLOCK_R"] == 1 and kw["num_warps"] == 32, kw
+        assert kw["num_warps"] >= genome["num_warps"], kw
+    # 16 rows of 1024 on one warp: one row; 2048 on one warp: two warps; 4 x 1024 on 4 kept
+    assert seen == {(1, 1024, 1), (1, 2048, 2), (4, 1024, 4), (1, 128, 1)}
+
+
 def test_cpu_build_needs_the_interpreter():
     from kdsl.backends.triton import interpreting
     if interpreting():
