@@ -165,13 +165,11 @@ def _genes(op: ir.Op, plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], di
                           "(values only)"))
         cols = _np2(_extent(plan.column, bench))
         # the hypercube network measured fastest on an H200 (top-k 1.085 ms against 1.805 ms).
-        # Warps: a sort of 1024 i64 keys on 8 (cols // 128); a top-k on one warp, 32 keys a
-        # thread (H200, topk_rows bench, a search's timing: 0.588 ms against 1.085 on 8
-        # warps; sm_90 SASS: 317K lane-instructions a row against 588K, no barriers, most
-        # partners in registers)
-        topk = any(g.family == "topk" for g in plan.groups)
-        d.update(BLOCK_R=1, num_warps=_pick(WARPS, max(1, cols // (1024 if topk else 128))),
-                 method="hypercube")
+        # Warps: 32 keys a thread, one warp for a row of 1024 (H200, same call: topk_rows
+        # 0.591 ms against 1.085 on 8 warps, sort_rows 0.802 against 1.729; sm_90 SASS of
+        # the top-k: 317K lane-instructions a row against 588K, no barriers, most partners
+        # in registers)
+        d.update(BLOCK_R=1, num_warps=_pick(WARPS, max(1, cols // 1024)), method="hypercube")
     elif plan.kind == "pointwise":
         if plan.row_axis is not None:
             genes.append(Gene("BLOCK_R", ROWS[:7], True, "rows per program"))

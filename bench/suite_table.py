@@ -165,14 +165,28 @@ def merge(docs: list[dict]) -> dict:
     return {"meta": meta, "rows": list(rows.values())}
 
 
-def default_genome(op_name: str) -> dict | None:
-    """Today's triton/cuda default genome of a library op (None for an op not in specs/)."""
+def runs_as_default(op_name: str, genome: dict) -> bool:
+    """Does ``genome`` launch today's triton/cuda default kernels of a library op at its
+    bench point? Launchers clamp genes (a sort's rows a program, for one), so two genomes
+    can launch the same kernels. False for an op not in specs/."""
     from kdsl import backends, spec
+    from kdsl.backends.triton_compile import example_for, launches
     try:
         ((_, op),) = spec.library_ops([op_name])
     except KeyError:
-        return None
-    return backends.get("triton").space(op, "cuda").default()
+        return False
+    be = backends.get("triton")
+    space = be.space(op, "cuda")
+    if space.complete(genome) == space.default():
+        return True
+
+    def launched(g: dict) -> list:
+        return [(fn.src, repr(grid), sorted(kw.items())) for fn, grid, _, kw in
+                launches(be.render(op, g, "cuda"), [example_for(op)])]
+    try:
+        return launched(space.complete(genome)) == launched(space.default())
+    except RuntimeError:  # the interpreter is on: nothing to compare but the genomes
+        return False
 
 
 def store_genomes(suite_json: Path, genomes_dir: Path) -> int:
@@ -187,7 +201,7 @@ def store_genomes(suite_json: Path, genomes_dir: Path) -> int:
         path = genomes_dir / f"{row['op']}.json"
         data = json.loads(path.read_text()) if path.exists() else {}
         if f["default_ms"] and f["default_ms"] < f["best_ms"] or \
-                row["best_genome"] == default_genome(row["op"]):
+                runs_as_default(row["op"], row["best_genome"]):
             # on the quiet GPU the default won (or the search's best is the default itself):
             # searches start from it anyway, and a genome stored earlier lost to it, so it is
             # no longer the best start

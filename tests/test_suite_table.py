@@ -149,3 +149,22 @@ def test_a_terminated_suite_keeps_its_table_and_runs(tmp_path):
     assert row["op"] == "rmsnorm" and row["skipped"].startswith("terminated during its search")
     with tarfile.open(out / "runs.tar.gz") as tar:
         assert any(n.startswith("runs/rmsnorm/") for n in tar.getnames())
+
+
+def test_a_best_genome_that_launches_the_default_kernels_is_not_stored(tmp_path):
+    """One warp holds 32 keys a thread, so the sort's launcher clamps two rows a program to
+    one: that genome is the default kernel, whatever the search's timing said."""
+    pytest.importorskip("triton")
+    from kdsl.backends.triton import interpreting
+    if interpreting():
+        pytest.skip("this process runs the interpreter")
+    genomes = tmp_path / "genomes"
+    genomes.mkdir()
+    suite = tmp_path / "suite.json"
+    same = {"BLOCK_R": 2, "method": "hypercube", "num_warps": 1}
+    other = {"BLOCK_R": 1, "method": "hypercube", "num_warps": 2}
+    suite.write_text(json.dumps(doc([row("sort_rows", 1.0, 1.1, genome=same),
+                                     row("topk_rows", 1.0, 1.1, genome=other)])))
+    suite_table.store_genomes(suite, genomes)
+    assert not (genomes / "sort_rows.json").exists()
+    assert json.loads((genomes / "topk_rows.json").read_text())["triton"]["cuda"]["genome"] == other
