@@ -170,6 +170,13 @@ def _genes(op: ir.Op, plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], di
         # the top-k: 317K lane-instructions a row against 588K, no barriers, most partners
         # in registers)
         d.update(BLOCK_R=1, num_warps=_pick(WARPS, max(1, cols // 1024)), method="hypercube")
+        # one warp of 32 i64 keys a thread uses 110 registers (triton 3.6), which leaves 16
+        # warps an SM, and ncu found the sort latency-bound at that occupancy (issue slots
+        # 41% busy); a cap trades a few spills to L1 for more warps in flight. Untimed: 0
+        genes.append(Gene("maxnreg", (0, 64, 80, 96, 128), True,
+                          "registers a thread at most (0: no cap; NVIDIA only): more warps "
+                          "in flight an SM, some values spilled to local memory"))
+        d["maxnreg"] = 0
     elif plan.kind == "pointwise":
         if plan.row_axis is not None:
             genes.append(Gene("BLOCK_R", ROWS[:7], True, "rows per program"))
@@ -185,6 +192,15 @@ def _genes(op: ir.Op, plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], di
         genes.append(Gene("BLOCK_R", ROWS, True, "row lanes per program"))
         genes.append(Gene("BLOCK_C", COLS, True, "column chunk of looped passes"))
         d.update(_row_defaults(plan, bench, strategies))
+        if plan.row_values and any(st.inner for st in plan.stores):
+            # rows written back after their reductions read the column twice: the second
+            # read comes from L2 when the first kept it (jagged_softmax: L2 80% busy, hit
+            # 52%). Untimed: default none
+            genes.append(Gene("evict", ("none", "passes"), False,
+                              "cache hints of looped kernels: passes: the reduction passes' "
+                              "reads stay in cache (evict_last), the write-back pass streams "
+                              "(evict_first); none: no hints"))
+            d["evict"] = "none"
     exprs = [st.value for st in plan.stores] + [v.body for v in plan.row_values]
     if any(isinstance(n, ir.Call) and n.fn == "tanh" for e in exprs for n in ir.walk(e)):
         genes.append(Gene("math", ("libdevice", "fast", "approx"), False,

@@ -167,7 +167,8 @@ def compile_for(source: str, tgt, examples: list[dict] | None = None) -> dict:
         if "_KD_PTX" in fn.__globals__:  # helpers' inline PTX is for NVIDIA targets only
             import triton.language as tl
             fn.__globals__["_KD_PTX"] = tl.constexpr(tgt.backend == "cuda")
-        options = {k: v for k, v in options.items() if k in ("num_warps", "num_stages")}
+        kept = ("num_warps", "num_stages") + (("maxnreg",) if tgt.backend == "cuda" else ())
+        options = {k: v for k, v in options.items() if k in kept}
         options["enable_fp_fusion"] = True  # the JIT's default, said out loud
         compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=tgt,
                                   options=options)
@@ -214,10 +215,16 @@ def _cubin_resources(cubin: bytes, name: str) -> tuple[int, int]:
         f.flush()
         text = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
                               check=True).stdout
+    return _usage(text, name)
+
+
+def _usage(text: str, name: str) -> tuple[int, int]:
+    """(registers, spilled words) from cuobjdump's resource usage: ptxas puts spills on
+    the per-thread STACK (LOCAL stays 0 for them), as the driver's n_spills counts them."""
     block = text.split(f"Function {name}:", 1)[-1]
     regs = re.search(r"REG:(\d+)", block)
-    local = re.search(r"LOCAL:(\d+)", block)
-    return (int(regs.group(1)) if regs else -1, int(local.group(1)) // 4 if local else -1)
+    stack = re.search(r"STACK:(\d+)", block)
+    return (int(regs.group(1)) if regs else -1, int(stack.group(1)) // 4 if stack else -1)
 
 
 def warm(namespace: dict, examples: list[dict], threads: int | None = None,

@@ -114,6 +114,8 @@ class ExprGen:
         # exp: 'tl' (triton's, which guards subnormals: three more instructions an element)
         # or 'ftz' (the hardware's ex2.approx.ftz.f32 on f32 values)
         self.exp = "tl"
+        # extra tl.load / tl.store arguments (a cache eviction hint), set by the pass emitting
+        self.load_hint = self.store_hint = ""
         self.ct = compute_type(op, dtype)
         self.scan: Callable[[ir.Scan], Val] | None = None
 
@@ -238,10 +240,10 @@ class ExprGen:
         kind = tensor_kind(self.op, e.tensor, self.dtype)
         conv = {"float": f".to({self.ct})", "int": ".to(tl.int64)", "bool": ""}[kind]
         if mask is None:
-            v = self.em.let(f"tl.load(p_{e.tensor} + {addr}){conv}", kind, axes)
+            v = self.em.let(f"tl.load(p_{e.tensor} + {addr}{self.load_hint}){conv}", kind, axes)
         else:
-            v = self.em.let(f"tl.load(p_{e.tensor} + {addr}, mask={mask}, other=0){conv}",
-                            kind, axes)
+            v = self.em.let(f"tl.load(p_{e.tensor} + {addr}, mask={mask}, other=0"
+                            f"{self.load_hint}){conv}", kind, axes)
         if inside is not None:
             kind, (v, pad) = self.common(v, self(e.pad))
             v = self.em.let(f"tl.where({inside.code}, {v.code}, {pad.code})", kind,

@@ -105,7 +105,8 @@ def store(em: Emitter, gen: ExprGen, tensor: str, indices, value: Val) -> None:
         addr += " + tl.zeros([1, 1], tl.int32)"
     mask = gen.mask_for(axes)
     code = value.code if value.plain else f"{value.code}.to(p_{tensor}.dtype.element_ty)"
-    em.emit(f"tl.store(p_{tensor} + {addr}, {code}" + (f", mask={mask})" if mask else ")"))
+    em.emit(f"tl.store(p_{tensor} + {addr}, {code}" + (f", mask={mask}" if mask else "")
+            + f"{gen.store_hint})")
 
 
 def launcher_head(op: ir.Op) -> list[str]:

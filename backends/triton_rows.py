@@ -59,6 +59,12 @@ def cacheable(plan: Plan) -> bool:
         and plan.inner is not None and bool(plan.row_values)
 
 
+def rereads(plan: Plan, n_passes: int) -> bool:
+    """Does a looped kernel read its column more than once: several reduction passes, or
+    outputs along the column written after them?"""
+    return n_passes > 1 or (n_passes > 0 and any(st.inner for st in plan.stores))
+
+
 def unrollable(plan: Plan) -> bool:
     """One static column shared by every reduction and no inner axis: its extent can be a
     compile-time constant."""
@@ -68,9 +74,11 @@ def unrollable(plan: Plan) -> bool:
 
 class RowKernel:
     def __init__(self, op: ir.Op, plan: Plan, strategy: str, name: str, dtype: str,
-                 math: str = "libdevice", constant_dims=(), exp: str = "tl"):
+                 math: str = "libdevice", constant_dims=(), exp: str = "tl",
+                 evict: str = "none"):
         self.op, self.plan, self.strategy, self.name, self.dtype = op, plan, strategy, name, dtype
         self.constant_dims = constant_dims
+        self.evict = evict
         self.em = Emitter()
         self.gen = ExprGen(self.em, op, {}, {}, dtype)
         self.gen.math, self.gen.exp = math, exp
@@ -121,13 +129,28 @@ class RowKernel:
         """``online`` fuses max+sum and mean+variance pairs (default: the online strategy)."""
         plan, em, gen = self.plan, self.em, self.gen
         online = self.strategy == "online" if online is None else online
-        for ranges, items in self.passes(online):
-            accs = [self.init(item) for item in items]
-            for k, mk, count in self.chunks(ranges):
+        passes = self.passes(online)
+        # evict 'passes', where a pass reads the column again after the first: what the
+        # earlier passes read stays in cache for the ones after (evict_last), and the last
+        # pass's reads and writes are streamed (evict_first)
+        hints = self.evict == "passes" and rereads(plan, len(passes))
+        try:
+            gen.load_hint = ', eviction_policy="evict_last"' if hints else ""
+            for ranges, items in passes:
+                accs = [self.init(item) for item in items]
+                for k, mk, count in self.chunks(ranges):
+                    for item, acc in zip(items, accs):
+                        self.update(item, acc, mk)
                 for item, acc in zip(items, accs):
-                    self.update(item, acc, mk)
-            for item, acc in zip(items, accs):
-                self.finish(item, acc, count)
+                    self.finish(item, acc, count)
+            gen.load_hint = gen.store_hint = ', eviction_policy="evict_first"' if hints else ""
+            self.write_back()
+        finally:
+            gen.load_hint = gen.store_hint = ""
+
+    def write_back(self) -> None:
+        """The last pass: each output from the row values the passes before computed."""
+        plan, em, gen = self.plan, self.em, self.gen
         for st in plan.stores:
             if not st.inner:
                 store(em, gen, st.tensor, st.indices, gen(st.value))
@@ -453,19 +476,20 @@ def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], s
     """(kernels, helpers, launcher lines) for a pointwise or row plan."""
     strategy = genome.get("reduce", "looped") if plan.kind != "pointwise" else "pointwise"
     math, exp = genome.get("math", "libdevice"), genome.get("exp", "tl")
+    evict = genome.get("evict", "none")
     consts = divisor_dims(op) if genome.get("constants") == "divisors" else ()
     if strategy == "phases":
         return render_window(op, plan, window_of(plan), genome, name, math, consts, exp)
     fallback = plan.kind != "pointwise" and strategy == "onepass"
     kernels, helpers, names = [], set(), []
     for dtype, suffix in dtype_suffixes(op):
-        k = RowKernel(op, plan, strategy, name + suffix, dtype, math, consts, exp)
+        k = RowKernel(op, plan, strategy, name + suffix, dtype, math, consts, exp, evict)
         kernels.append(k.render())
         helpers |= k.em.helpers
         names.append(name + suffix)
         if fallback:
             k = RowKernel(op, plan, "online" if plan.fused else "looped",
-                          name + suffix + "_looped", dtype, math, consts, exp)
+                          name + suffix + "_looped", dtype, math, consts, exp, evict)
             kernels.append(k.render())
             helpers |= k.em.helpers
     launcher = rows_launcher(op, plan, genome, names, fallback)

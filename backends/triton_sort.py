@@ -369,9 +369,13 @@ def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], s
     lines.append(f"    n = {programs(plan, False)}")
     lines.append("    if n <= 0:")
     lines.append("        return")
+    regs = int(genome.get("maxnreg", 0))
+    if regs:  # ptxas' register cap, an NVIDIA option (HIP's launcher would refuse it)
+        lines.append("    import torch")
+        lines.append(f"    caps = {{}} if torch.version.hip else {{'maxnreg': {regs}}}")
     lines.append(f"    ({', '.join(names)},)[variant][(n,)](*args, BLOCK_R=BLOCK_R, "
                  "LOG_R=BLOCK_R.bit_length() - 1, BLOCK_C=BLOCK_C, "
                  "LOG_C=BLOCK_C.bit_length() - 1, BLOCK_K=BLOCK_K, "
                  "LOG_K=BLOCK_K.bit_length() - 1, num_warps=warps, "
-                 f"num_stages={int(genome.get('num_stages', 1))})")
+                 f"num_stages={int(genome.get('num_stages', 1))}" + (", **caps)" if regs else ")"))
     return sources, helpers, lines

@@ -467,6 +467,28 @@ def test_sorting_networks_hold_at_most_32_keys_a_thread(name):
     assert seen == {(1, 1024, 1), (1, 2048, 2), (4, 1024, 4), (1, 128, 1)}
 
 
+def test_register_cap_reaches_ptxas_on_nvidia_only(monkeypatch):
+    """The maxnreg gene: an sm_90 compile keeps to it (32 i64 keys a thread need 64
+    registers alone, so the rest spill, and the report counts them); on ROCm the launcher
+    leaves the option out, since HIP's launcher refuses it."""
+    import torch
+    from kdsl.backends.triton import interpreting
+    from kdsl.backends.triton_compile import CUDA_H100, compile_for, example_at, launches
+    if interpreting():
+        pytest.skip("this process runs the interpreter")
+    be = get("triton")
+    op = _load(_library()["sort_rows"])
+    source = be.render(op, be.space(op, "cuda").complete({"maxnreg": 64}), "cuda")
+    example = example_at(op, {"M": 64, "N": 1024}, "i64")
+    (meta,) = compile_for(source, CUDA_H100, [example]).values()
+    assert meta["n_regs"] <= 64 and meta["n_spills"] > 0, meta
+    (_, _, _, kw), = launches(source, [example])
+    assert kw["maxnreg"] == 64
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    (_, _, _, kw), = launches(source, [example])
+    assert "maxnreg" not in kw
+
+
 def test_cpu_build_needs_the_interpreter():
     from kdsl.backends.triton import interpreting
     if interpreting():
