@@ -88,6 +88,9 @@ class TritonBackend:
             defaults = getattr(dot, "defaults", None)
             return Space(genes, tuple(defaults(op, device).items()) if defaults else ())
         genes, defaults = _genes(op, _plan(op), _bench_sizes(op))
+        if device != "cuda":  # a register cap means nothing to the interpreter
+            genes = [g for g in genes if g.name != "maxnreg"]
+            defaults.pop("maxnreg", None)
         return Space(tuple(genes), tuple(defaults.items()))
 
     # ---- source ----
@@ -173,9 +176,10 @@ def _genes(op: ir.Op, plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], di
         # one warp of 32 i64 keys a thread uses 110 registers (triton 3.6), which leaves 16
         # warps an SM, and ncu found the sort latency-bound at that occupancy (issue slots
         # 41% busy); a cap trades a few spills to L1 for more warps in flight. Untimed: 0
-        genes.append(Gene("maxnreg", (0, 64, 80, 96, 128), True,
-                          "registers a thread at most (0: no cap; NVIDIA only): more warps "
-                          "in flight an SM, some values spilled to local memory"))
+        genes.append(Gene("maxnreg", (0, 128, 96, 80, 64), True,
+                          "registers a thread at most (0: no cap, then tighter caps; NVIDIA "
+                          "only): more warps in flight an SM, some values spilled to local "
+                          "memory"))
         d["maxnreg"] = 0
     elif plan.kind == "pointwise":
         if plan.row_axis is not None:
@@ -196,9 +200,10 @@ def _genes(op: ir.Op, plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], di
             # rows written back after their reductions read the column twice: the second
             # read comes from L2 when the first kept it (jagged_softmax: L2 80% busy, hit
             # 52%). Untimed: default none
-            genes.append(Gene("evict", ("none", "passes"), False,
-                              "cache hints of looped kernels: passes: the reduction passes' "
-                              "reads stay in cache (evict_last), the write-back pass streams "
+            genes.append(Gene("evict", ("none", "reread"), False,
+                              "cache hints of looped kernels: reread: the row data the "
+                              "reduction passes read stays in cache for the write-back pass "
+                              "(evict_last), which streams its reads and writes "
                               "(evict_first); none: no hints"))
             d["evict"] = "none"
     exprs = [st.value for st in plan.stores] + [v.body for v in plan.row_values]

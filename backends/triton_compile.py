@@ -160,7 +160,10 @@ def compile_for(source: str, tgt, examples: list[dict] | None = None) -> dict:
     if isinstance(tgt, tuple):
         tgt = target(*tgt)
     out = {}
-    for fn, _grid, args, kwargs in launches(source, examples):
+    ns = vars(load_module(source))
+    if "COPY_ENGINE" in ns:  # a contraction's TMA loads, on NVIDIA from sm_90 on
+        ns["COPY_ENGINE"] = tgt.backend == "cuda" and int(tgt.arch) >= 90
+    for fn, _grid, args, kwargs in launches(source, examples, namespace=ns):
         if fn.__name__ in out:
             continue
         signature, constexprs, attrs, options = _signature(fn, args, kwargs)
@@ -220,11 +223,12 @@ def _cubin_resources(cubin: bytes, name: str) -> tuple[int, int]:
 
 def _usage(text: str, name: str) -> tuple[int, int]:
     """(registers, spilled words) from cuobjdump's resource usage: ptxas puts spills on
-    the per-thread STACK (LOCAL stays 0 for them), as the driver's n_spills counts them."""
+    the per-thread STACK (LOCAL stays 0 for them); the driver's n_spills counts both."""
     block = text.split(f"Function {name}:", 1)[-1]
     regs = re.search(r"REG:(\d+)", block)
-    stack = re.search(r"STACK:(\d+)", block)
-    return (int(regs.group(1)) if regs else -1, int(stack.group(1)) // 4 if stack else -1)
+    local = [int(m.group(1)) for key in ("STACK", "LOCAL")
+             if (m := re.search(key + r":(\d+)", block))]
+    return (int(regs.group(1)) if regs else -1, sum(local) // 4 if local else -1)
 
 
 def warm(namespace: dict, examples: list[dict], threads: int | None = None,

@@ -337,7 +337,24 @@ import triton.language as tl
 from triton.language.extra import libdevice  # noqa: F401  (pow, when the epilogue needs it)
 '''
 
-_TMA_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
+_TMA_IMPORT = """from triton.tools.tensor_descriptor import TensorDescriptor
+
+# the copy engine (TMA): NVIDIA's from Hopper (sm_90) on, and timed there only. None: ask
+# the tensors' device; a static compile for a named target sets it for that target
+COPY_ENGINE = None
+
+
+def _copy_engine(device):
+    if COPY_ENGINE is not None:
+        return COPY_ENGINE
+    if device.type == "cpu":  # the interpreter runs the descriptors on the host
+        return True
+    if torch.version.hip is not None:
+        return False
+    if device.type == "cuda" or torch.cuda.is_available():  # meta tensors: this GPU's
+        return torch.cuda.get_device_capability(device if device.type == "cuda" else None)[0] >= 9
+    return True  # meta tensors on a machine without a GPU: a static compile for sm_90
+"""
 
 _LAUNCHER = '''GENOME = {{{genome}}}
 SMEM_DEFAULT = 232448  # H100/H200 opt-in shared memory a block; the interpreter's stand-in
@@ -424,10 +441,7 @@ _DESCRIPTORS = """        bm, bn, bk = (cfg["constexprs"][k] for k in ("BLOCK_M"
         # the zero fill must start where the reduction ends, not at the tensor's edge
         extents = {{"m": sc["n_m"], "n": sc["n_n"], "k": sc["n_k"]}}
         pair = [(t["{a}"], "{la}"), (t["{b}"], "{lb}")]
-        # the copy engine: NVIDIA's from Hopper (sm_90) on, timed there only; the
-        # interpreter runs on the host
-        engine = not t["{a}"].is_cuda or (torch.version.hip is None and
-                                          torch.cuda.get_device_capability(t["{a}"].device)[0] >= 9)
+        engine = _copy_engine(t["{a}"].device)
         usable = GENOME["TMA"] and engine and min(extents.values()) > 0 and all(
             x.data_ptr() % 16 == 0 and x.stride(-1) == 1
             and all(st * x.element_size() % 16 == 0 for st in x.stride()[:-1]) for x, _ in pair)

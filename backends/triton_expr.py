@@ -114,8 +114,11 @@ class ExprGen:
         # exp: 'tl' (triton's, which guards subnormals: three more instructions an element)
         # or 'ftz' (the hardware's ex2.approx.ftz.f32 on f32 values)
         self.exp = "tl"
-        # extra tl.load / tl.store arguments (a cache eviction hint), set by the pass emitting
-        self.load_hint = self.store_hint = ""
+        # cache eviction policies ("evict_last", "evict_first"; "" for none) for the loads of
+        # row data along the column (a subscript names one of ``row_names``) and for the
+        # stores: each pass of a looped row kernel sets its own
+        self.load_policy = self.store_policy = ""
+        self.row_names: frozenset[str] = frozenset()
         self.ct = compute_type(op, dtype)
         self.scan: Callable[[ir.Scan], Val] | None = None
 
@@ -239,11 +242,14 @@ class ExprGen:
                     mask = inside.code
         kind = tensor_kind(self.op, e.tensor, self.dtype)
         conv = {"float": f".to({self.ct})", "int": ".to(tl.int64)", "bool": ""}[kind]
+        hint = f', eviction_policy="{self.load_policy}"' if self.load_policy and "C" in axes \
+            and any(isinstance(n, ir.Name) and n.name in self.row_names
+                    for s in e.subscripts for n in ir.walk(s)) else ""
         if mask is None:
-            v = self.em.let(f"tl.load(p_{e.tensor} + {addr}{self.load_hint}){conv}", kind, axes)
+            v = self.em.let(f"tl.load(p_{e.tensor} + {addr}{hint}){conv}", kind, axes)
         else:
-            v = self.em.let(f"tl.load(p_{e.tensor} + {addr}, mask={mask}, other=0"
-                            f"{self.load_hint}){conv}", kind, axes)
+            v = self.em.let(f"tl.load(p_{e.tensor} + {addr}, mask={mask}, other=0{hint}){conv}",
+                            kind, axes)
         if inside is not None:
             kind, (v, pad) = self.common(v, self(e.pad))
             v = self.em.let(f"tl.where({inside.code}, {v.code}, {pad.code})", kind,

@@ -105,8 +105,9 @@ def store(em: Emitter, gen: ExprGen, tensor: str, indices, value: Val) -> None:
         addr += " + tl.zeros([1, 1], tl.int32)"
     mask = gen.mask_for(axes)
     code = value.code if value.plain else f"{value.code}.to(p_{tensor}.dtype.element_ty)"
+    hint = f', eviction_policy="{gen.store_policy}"' if gen.store_policy else ""
     em.emit(f"tl.store(p_{tensor} + {addr}, {code}" + (f", mask={mask}" if mask else "")
-            + f"{gen.store_hint})")
+            + f"{hint})")
 
 
 def launcher_head(op: ir.Op) -> list[str]:

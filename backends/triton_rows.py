@@ -130,12 +130,14 @@ class RowKernel:
         plan, em, gen = self.plan, self.em, self.gen
         online = self.strategy == "online" if online is None else online
         passes = self.passes(online)
-        # evict 'passes', where a pass reads the column again after the first: what the
-        # earlier passes read stays in cache for the ones after (evict_last), and the last
-        # pass's reads and writes are streamed (evict_first)
-        hints = self.evict == "passes" and rereads(plan, len(passes))
+        # evict 'reread', where a pass reads the column again after the first: the row data
+        # the earlier passes read stays in cache for the ones after (evict_last), and the
+        # last pass's reads and writes are streamed (evict_first)
+        hints = self.evict == "reread" and rereads(plan, len(passes))
+        axes = ([plan.row_axis] if plan.row_axis else []) + list(plan.scalar_axes)
+        gen.row_names = frozenset(name for name, _ in axes)
         try:
-            gen.load_hint = ', eviction_policy="evict_last"' if hints else ""
+            gen.load_policy = "evict_last" if hints else ""
             for ranges, items in passes:
                 accs = [self.init(item) for item in items]
                 for k, mk, count in self.chunks(ranges):
@@ -143,10 +145,10 @@ class RowKernel:
                         self.update(item, acc, mk)
                 for item, acc in zip(items, accs):
                     self.finish(item, acc, count)
-            gen.load_hint = gen.store_hint = ', eviction_policy="evict_first"' if hints else ""
+            gen.load_policy = gen.store_policy = "evict_first" if hints else ""
             self.write_back()
         finally:
-            gen.load_hint = gen.store_hint = ""
+            gen.load_policy = gen.store_policy = ""
 
     def write_back(self) -> None:
         """The last pass: each output from the row values the passes before computed."""

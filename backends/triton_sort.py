@@ -360,18 +360,19 @@ def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], s
     lines.append(f"    BLOCK_K = min(triton.next_power_of_2(max({py(ks[0])}, 1)), BLOCK_C)"
                  if ks else "    BLOCK_K = 1")
     # at most KEYS_PER_THREAD keys a thread: a longer network spills to local memory and
-    # takes ptxas minutes (more rows a program are dropped first, then warps added)
+    # compiles longer (more rows a program are dropped first, then warps added)
     warps = int(genome.get('num_warps', 4))
     lines.append(f"    BLOCK_R = max(1, min({int(genome.get('BLOCK_R', 1))}, "
                  f"triton.next_power_of_2(max({rows}, 1)), 8192 // BLOCK_C, "
                  f"{KEYS_PER_THREAD * 32 * warps} // BLOCK_C))")
-    lines.append(f"    warps = min(32, max({warps}, BLOCK_R * BLOCK_C // {KEYS_PER_THREAD * 32}))")
+    lines.append("    import torch")
+    lines.append("    most = 16 if torch.version.hip else 32  # 1024 threads: AMD's waves are 64 wide")
+    lines.append(f"    warps = min(most, max({warps}, BLOCK_R * BLOCK_C // {KEYS_PER_THREAD * 32}))")
     lines.append(f"    n = {programs(plan, False)}")
     lines.append("    if n <= 0:")
     lines.append("        return")
     regs = int(genome.get("maxnreg", 0))
     if regs:  # ptxas' register cap, an NVIDIA option (HIP's launcher would refuse it)
-        lines.append("    import torch")
         lines.append(f"    caps = {{}} if torch.version.hip else {{'maxnreg': {regs}}}")
     lines.append(f"    ({', '.join(names)},)[variant][(n,)](*args, BLOCK_R=BLOCK_R, "
                  "LOG_R=BLOCK_R.bit_length() - 1, BLOCK_C=BLOCK_C, "

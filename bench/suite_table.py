@@ -170,6 +170,7 @@ def runs_as_default(op_name: str, genome: dict) -> bool:
     bench point? Launchers clamp genes (a sort's rows a program, for one), so two genomes
     can launch the same kernels. False for an op not in specs/."""
     from kdsl import backends, spec
+    from kdsl.backends.triton import interpreting
     from kdsl.backends.triton_compile import example_for, launches
     try:
         ((_, op),) = spec.library_ops([op_name])
@@ -179,14 +180,14 @@ def runs_as_default(op_name: str, genome: dict) -> bool:
     space = be.space(op, "cuda")
     if space.complete(genome) == space.default():
         return True
+    if interpreting():  # kernels are interpreted, not launched: only the genomes compare
+        return False
 
     def launched(g: dict) -> list:
+        # what runs at the bench point (not a one-pass module's wide-row fallback)
         return [(fn.src, repr(grid), sorted(kw.items())) for fn, grid, _, kw in
-                launches(be.render(op, g, "cuda"), [example_for(op)])]
-    try:
-        return launched(space.complete(genome)) == launched(space.default())
-    except RuntimeError:  # the interpreter is on: nothing to compare but the genomes
-        return False
+                launches(be.render(op, g, "cuda"), [example_for(op)], fallbacks=False)]
+    return launched(space.complete(genome)) == launched(space.default())
 
 
 def store_genomes(suite_json: Path, genomes_dir: Path) -> int:

@@ -443,7 +443,7 @@ def test_contractions_go_to_triton_dot():
 @pytest.mark.parametrize("name", ["topk_rows", "sort_rows"])
 def test_sorting_networks_hold_at_most_32_keys_a_thread(name):
     """More rows a program are dropped, then warps added: a longer network spills and
-    takes ptxas minutes (what stalled a top-k search)."""
+    compiles longer (the old clamp allowed 256 keys a thread when a top-k search stalled)."""
     from kdsl.backends.triton import interpreting
     from kdsl.backends.triton_compile import example_at, launches
     if interpreting():
@@ -487,6 +487,60 @@ def test_register_cap_reaches_ptxas_on_nvidia_only(monkeypatch):
     monkeypatch.setattr(torch.version, "hip", "6.4")
     (_, _, _, kw), = launches(source, [example])
     assert "maxnreg" not in kw
+
+
+def test_gemm_launcher_uses_the_copy_engine_only_where_there_is_one(monkeypatch):
+    """The default GEMM reads by TMA on NVIDIA from sm_90 on. On meta tensors (compiling
+    ahead, static reports) the launcher asks this machine or the static compile's target,
+    never on ROCm; a wrong answer would compile ahead a kernel that never runs."""
+    import torch
+    from kdsl.backends.triton import interpreting
+    from kdsl.backends.triton_compile import example_at, launches, load_module
+    if interpreting():
+        pytest.skip("this process runs the interpreter")
+    be = get("triton")
+    op = _load(_library()["matmul"])
+    source = be.render(op, be.space(op, "cuda").default(), "cuda")
+    example = example_at(op, {"M": 256, "N": 256, "K": 256}, "bf16")
+
+    def tma(**module_globals):
+        ns = vars(load_module(source))
+        ns.update(module_globals)
+        (_, _, _, kw), = launches(source, [example], namespace=ns)
+        return kw["TMA"]
+    if not torch.cuda.is_available():
+        assert tma() is True  # no GPU here: a static compile's sm_90
+    assert tma(COPY_ENGINE=False) is False and tma(COPY_ENGINE=True) is True
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    assert tma() is False
+
+
+def test_evict_hints_mark_only_the_row_data_a_looped_kernel_reads_again():
+    be = get("triton")
+    op = _load(_library()["layernorm"])
+    space = be.space(op, "cuda")
+
+    def lines(genome, what):
+        source = be.render(op, space.complete(genome), "cuda")
+        return [ln for ln in source.splitlines() if what in ln]
+    loads = lines({"reduce": "looped", "evict": "reread"}, "tl.load(")
+    x = [ln for ln in loads if "p_x" in ln]
+    # x: kept by the reduction passes (mean, variance), streamed by the write-back pass
+    assert x and all("eviction_policy" in ln for ln in x)
+    assert x[-1].count('"evict_first"') == 1 and 'evict_last' in x[0]
+    # w and b, read alike by every row, keep the default policy
+    assert [ln for ln in loads if "p_w" in ln or "p_b" in ln]
+    assert not any("eviction_policy" in ln for ln in loads if "p_w" in ln or "p_b" in ln)
+    assert all('"evict_first"' in ln for ln in lines({"reduce": "looped", "evict": "reread"},
+                                                       "tl.store("))
+    # no hints without the gene, nor where the column is read once: a one-pass module's
+    # own kernel (its wide-row fallback is a looped kernel, and has them)
+    assert not any("eviction_policy" in ln for ln in lines({"reduce": "looped", "evict": "none"},
+                                                            "tl."))
+    onepass = be.render(op, space.complete({"reduce": "onepass", "evict": "reread"}), "cuda")
+    kernels = {part.split("(", 1)[0]: part for part in onepass.split("def ")[1:]}
+    assert "eviction_policy" not in kernels["_kd_layernorm"]
+    assert "eviction_policy" in kernels["_kd_layernorm_looped"]
 
 
 def test_cpu_build_needs_the_interpreter():
