@@ -15,7 +15,9 @@ wrong; judge bf16 kernels on a GPU.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import os
 import traceback
 from functools import lru_cache
@@ -142,6 +144,23 @@ class TritonBackend:
         def prepare(shapes):
             warm(namespace, [example_at(op, sizes, dt) for sizes, dt in shapes], report=False)
         return Built(fn=fn, log="", meta=meta, prepare=prepare)
+
+    def bench_identity(self, op: ir.Op, genome: Genome, device: str) -> str | None:
+        """What a GPU timing of ``genome`` runs: a hash of the kernels its launcher calls at
+        the bench point, their grids and arguments. Launchers clamp genes to the sizes (a
+        sort's rows a program, a tile to the row), so genomes that differ can run the same
+        kernels there; a search evaluates one of them. None where it cannot tell."""
+        if device != "cuda" or not op.bench or interpreting():
+            return None
+        from .triton_compile import example_for, launches
+        try:
+            calls = launches(self.render(op, genome, device), [example_for(op)],
+                             fallbacks=False)
+        except Exception:  # a genome that does not render or launch: its evaluation says why
+            return None
+        blob = json.dumps([[fn.src, repr(grid), sorted((k, repr(v)) for k, v in kw.items())]
+                           for fn, grid, _args, kw in calls])
+        return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
 @lru_cache(maxsize=256)

@@ -165,29 +165,24 @@ def merge(docs: list[dict]) -> dict:
     return {"meta": meta, "rows": list(rows.values())}
 
 
-def runs_as_default(op_name: str, genome: dict) -> bool:
-    """Does ``genome`` launch today's triton/cuda default kernels of a library op at its
-    bench point? Launchers clamp genes (a sort's rows a program, for one), so two genomes
-    can launch the same kernels. False for an op not in specs/."""
+def runs_as_default(op_name: str, genome: dict, backend: str = "triton",
+                    device: str = "cuda") -> bool:
+    """Does ``genome`` run today's default kernels of a library op at its bench point?
+    Launchers clamp genes (a sort's rows a program, for one), so two genomes can run the
+    same kernels, where the backend can tell (``bench_identity``). False for an op not in
+    specs/."""
     from kdsl import backends, spec
-    from kdsl.backends.triton import interpreting
-    from kdsl.backends.triton_compile import example_for, launches
     try:
         ((_, op),) = spec.library_ops([op_name])
     except KeyError:
         return False
-    be = backends.get("triton")
-    space = be.space(op, "cuda")
+    be = backends.get(backend)
+    space = be.space(op, device)
     if space.complete(genome) == space.default():
         return True
-    if interpreting():  # kernels are interpreted, not launched: only the genomes compare
-        return False
-
-    def launched(g: dict) -> list:
-        # what runs at the bench point (not a one-pass module's wide-row fallback)
-        return [(fn.src, repr(grid), sorted(kw.items())) for fn, grid, _, kw in
-                launches(be.render(op, g, "cuda"), [example_for(op)], fallbacks=False)]
-    return launched(space.complete(genome)) == launched(space.default())
+    tell = getattr(be, "bench_identity", None)
+    runs = tell(op, space.complete(genome), device) if tell is not None else None
+    return runs is not None and runs == tell(op, space.default(), device)
 
 
 def store_genomes(suite_json: Path, genomes_dir: Path) -> int:

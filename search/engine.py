@@ -15,7 +15,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from kdsl import ir
+from kdsl import backends, ir
 
 from .cache import MeasurementCache, config_key
 from .candidate import Candidate
@@ -76,6 +76,10 @@ class Engine:
         self.on_record = on_record  # summary writer, called after every recorded node
         self.candidates: dict[int, Candidate] = {}
         self.seen: set[str] = set()
+        # what each candidate runs at the bench point, where its backend can tell
+        # (``bench_identity``): a child that runs what an earlier one ran is no new candidate
+        self.identities: dict[str, str | None] = {}
+        self.seen_runs: set[str] = set()
         self.config_key = config_key(config)
         self.op_hash = op.hash
         self.replay = {r["id"]: r for r in store.nodes}  # recorded nodes of a resumed run
@@ -88,6 +92,23 @@ class Engine:
     # ---- candidates ----
     def key(self, c: Candidate) -> str:
         return f"{c.key(self.op_hash, self.config.device)}:{self.config_key}"
+
+    def identity(self, c: Candidate) -> str | None:
+        """What ``c`` runs at the bench point, or None (free source, or its backend cannot
+        tell)."""
+        key = self.key(c)
+        if key not in self.identities:
+            backend = backends.REGISTRY.get(c.backend)
+            tell = getattr(backend, "bench_identity", None)
+            self.identities[key] = tell(self.op, c.genes, self.config.device) \
+                if tell is not None and c.source is None else None
+        return self.identities[key]
+
+    def is_new(self, c: Candidate) -> bool:
+        if self.key(c) in self.seen:
+            return False
+        runs = self.identity(c)
+        return runs is None or runs not in self.seen_runs
 
     def make(self, p: Proposal) -> tuple[str, Candidate | OperatorFailure]:
         """The operator's name and its child (or its failure) for proposal ``p``."""
@@ -105,7 +126,7 @@ class Engine:
                 raise
             except Exception as e:  # an operator's bug is a failed child, not a dead search
                 return name, OperatorFailure(name, f"{type(e).__name__}: {e}")
-            if isinstance(child, OperatorFailure) or self.key(child) not in self.seen:
+            if isinstance(child, OperatorFailure) or self.is_new(child):
                 return name, child
         return name, OperatorFailure(name, f"no new candidate in {DEDUP_TRIES} tries "
                                            "(the space near this parent is exhausted)")
@@ -143,6 +164,9 @@ class Engine:
             return p, name, _done(Result.failure("operator", child.reason)), None, how
         self.candidates[p.node] = child
         self.seen.add(self.key(child))
+        runs = self.identity(child)
+        if runs is not None:
+            self.seen_runs.add(runs)
         recorded = self.replay.get(p.node)
         if recorded is not None:
             if recorded.get("key") != self.key(child):

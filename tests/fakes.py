@@ -72,5 +72,14 @@ class FakeExecutor:
         pass
 
 
+class ClampedFakeBackend(FakeBackend):
+    """The fake space behind a launcher that clamps ``a`` to 4 at the bench point."""
+    name = "fake_clamped"
+
+    def bench_identity(self, op, genome, device):
+        return f"{min(genome['a'], 4)}:{genome['b']}:{genome['mode']}"
+
+
 def register() -> None:
     backends.REGISTRY["fake"] = FakeBackend()
+    backends.REGISTRY["fake_clamped"] = ClampedFakeBackend()

@@ -543,6 +543,27 @@ def test_evict_hints_mark_only_the_row_data_a_looped_kernel_reads_again():
     assert "eviction_policy" in kernels["_kd_layernorm_looped"]
 
 
+def test_bench_identity_is_what_runs_at_the_bench_point():
+    from kdsl.backends.triton import interpreting
+    if interpreting():
+        pytest.skip("this process runs the interpreter")
+    be = get("triton")
+    sort = _load(_library()["sort_rows"])
+
+    def runs(op, genome, device="cuda"):
+        return be.bench_identity(op, be.space(op, device).complete(genome), device)
+    # two rows a program on one warp: clamped to one row, the default kernel
+    assert runs(sort, {"BLOCK_R": 2}) == runs(sort, {}) is not None
+    assert runs(sort, {"num_warps": 2}) != runs(sort, {})
+    assert runs(sort, {}, "cpu") is None  # interpreted: nothing is timed
+    # a one-pass softmax's hints would be in its wide-row fallback only, which the bench
+    # point does not launch
+    softmax = _load(_library()["softmax"])
+    assert runs(softmax, {"evict": "reread"}) == runs(softmax, {})
+    assert runs(softmax, {"reduce": "looped", "evict": "reread"}) != \
+        runs(softmax, {"reduce": "looped"})
+
+
 def test_cpu_build_needs_the_interpreter():
     from kdsl.backends.triton import interpreting
     if interpreting():

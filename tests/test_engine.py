@@ -166,3 +166,19 @@ def test_show_run_prints_summary_and_plots(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "lineage of the best kernel" in out and "failures by stage" in out
     assert png.stat().st_size > 1000
+
+
+def test_a_child_that_runs_what_an_earlier_one_ran_is_not_evaluated(tmp_path):
+    """Genomes that differ only where the launcher clamps them run the same kernel at the
+    bench point: the search evaluates one of them and spends its budget elsewhere."""
+    store, _ = runs.start(settings(backends=("fake_clamped",), budget=30), tmp_path / "r",
+                          None, QuietDisplay(), FakeExecutor())
+    evaluated = [r["candidate"]["genome"] for r in store.nodes if r["candidate"]]
+    ran = [(min(g["a"], 4), g["b"], g["mode"]) for g in evaluated]
+    assert len(evaluated) > 10 and len(set(ran)) == len(ran)
+    # the plain fake space, with no identity, evaluates such twins
+    store, _ = runs.start(settings(budget=30), tmp_path / "p", None, QuietDisplay(),
+                          FakeExecutor())
+    ran = [(min(r["candidate"]["genome"]["a"], 4), r["candidate"]["genome"]["b"],
+            r["candidate"]["genome"]["mode"]) for r in store.nodes if r["candidate"]]
+    assert len(set(ran)) < len(ran)
