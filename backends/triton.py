@@ -19,6 +19,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import traceback
 from functools import lru_cache
 
@@ -145,22 +146,52 @@ class TritonBackend:
             warm(namespace, [example_at(op, sizes, dt) for sizes, dt in shapes], report=False)
         return Built(fn=fn, log="", meta=meta, prepare=prepare)
 
-    def bench_identity(self, op: ir.Op, genome: Genome, device: str) -> str | None:
-        """What a GPU timing of ``genome`` runs: a hash of the kernels its launcher calls at
-        the bench point, their grids and arguments. Launchers clamp genes to the sizes (a
-        sort's rows a program, a tile to the row), so genomes that differ can run the same
-        kernels there; a search evaluates one of them. None where it cannot tell."""
+    def bench_identity(self, op: ir.Op, genome: Genome, device: str,
+                       dtype: str | None = None) -> str | None:
+        """What a GPU timing of ``genome`` runs: a hash of the jit functions its launcher
+        calls at the bench point (in ``dtype``, else the point's), with the helpers they
+        call, their grids and arguments. Launchers clamp genes to the sizes (a sort's rows
+        a program, a tile to the row), so genomes that differ can run the same kernels
+        there; a search evaluates one of them. It asks no GPU: a contraction is taken as
+        on a machine with TMA, where the TMA gene always matters. None where it cannot
+        tell (the interpreter, a genome that does not render or launch)."""
         if device != "cuda" or not op.bench or interpreting():
             return None
-        from .triton_compile import example_for, launches
         try:
-            calls = launches(self.render(op, genome, device), [example_for(op)],
-                             fallbacks=False)
-        except Exception:  # a genome that does not render or launch: its evaluation says why
+            from .triton_compile import example_for, launches, load_module
+            from triton.runtime.jit import JITFunction
+            source = self.render(op, genome, device)
+            ns = vars(load_module(source, op.name))
+            if "COPY_ENGINE" in ns:
+                ns["COPY_ENGINE"] = True
+            calls = launches(source, [example_for(op, dtype)], namespace=ns, fallbacks=False)
+        except Exception:  # its evaluation will say why
             return None
-        blob = json.dumps([[fn.src, repr(grid), sorted((k, repr(v)) for k, v in kw.items())]
-                           for fn, grid, _args, kw in calls])
+        jitted = {k: v for k, v in ns.items() if isinstance(v, JITFunction)}
+        used: dict[str, str] = {}
+
+        def add(fn) -> None:  # a kernel and, by name, the helpers its source calls
+            if fn.__name__ not in used:
+                used[fn.__name__] = fn.src
+                for name, helper in jitted.items():
+                    if re.search(rf"\b{name}\(", fn.src):
+                        add(helper)
+        for fn, *_ in calls:
+            add(fn)
+        blob = json.dumps([sorted(used.items())] + [
+            [fn.__name__, repr(grid), [_arg(a) for a in args],
+             sorted((k, repr(v)) for k, v in kw.items())] for fn, grid, args, kw in calls])
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _arg(a) -> str:
+    """A launch argument as timing sees it: a tensor's dtype, shape and strides (meta
+    tensors have no data), a descriptor's block too, a scalar's value."""
+    if hasattr(a, "stride") and hasattr(a, "dtype"):
+        return f"tensor({a.dtype}, {tuple(a.shape)}, {tuple(a.stride())})"
+    if type(a).__name__ == "TensorDescriptor":
+        return f"desc({_arg(a.base)}, {list(a.shape)}, {list(a.strides)}, {list(a.block_shape)})"
+    return repr(a)
 
 
 @lru_cache(maxsize=256)

@@ -441,10 +441,11 @@ _DESCRIPTORS = """        bm, bn, bk = (cfg["constexprs"][k] for k in ("BLOCK_M"
         # the zero fill must start where the reduction ends, not at the tensor's edge
         extents = {{"m": sc["n_m"], "n": sc["n_n"], "k": sc["n_k"]}}
         pair = [(t["{a}"], "{la}"), (t["{b}"], "{lb}")]
-        engine = _copy_engine(t["{a}"].device)
-        usable = GENOME["TMA"] and engine and min(extents.values()) > 0 and all(
-            x.data_ptr() % 16 == 0 and x.stride(-1) == 1
-            and all(st * x.element_size() % 16 == 0 for st in x.stride()[:-1]) for x, _ in pair)
+        usable = (GENOME["TMA"] and _copy_engine(t["{a}"].device)
+                  and min(extents.values()) > 0 and all(
+                      x.data_ptr() % 16 == 0 and x.stride(-1) == 1
+                      and all(st * x.element_size() % 16 == 0 for st in x.stride()[:-1])
+                      for x, _ in pair))
         descs = [TensorDescriptor(x, [extents[c] for c in order], list(x.stride()), blocks[order])
                  if usable else None for x, order in pair]
         cfg["constexprs"]["TMA"] = bool(usable)

@@ -5,7 +5,10 @@ flight, and results are taken back strictly in proposal order. The sequence
 of propose/observe calls therefore depends only on the seed and the
 measurements, never on which worker finished first, so the same seed and
 cache reproduce a run exactly, and a resumed run replays its records to the
-same state before it continues.
+same state before it continues. Where a backend tells what a candidate runs at
+the bench point (``bench_identity``), which children count as new depends on
+that too: it asks no GPU, so the same kdsl, torch and triton agree on any
+machine with them, and a replay follows its records whatever it says.
 """
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ from .policies.base import Proposal
 from .result import Result
 from .runstore import RunStore
 
-DEDUP_TRIES = 8
+DEDUP_TRIES = 8   # attempts at a child whose genome was not seen yet
+TWIN_TRIES = 32   # attempts in all, counting children that run an evaluated kernel
 
 
 @dataclass
@@ -77,9 +81,12 @@ class Engine:
         self.candidates: dict[int, Candidate] = {}
         self.seen: set[str] = set()
         # what each candidate runs at the bench point, where its backend can tell
-        # (``bench_identity``): a child that runs what an earlier one ran is no new candidate
-        self.identities: dict[str, str | None] = {}
-        self.seen_runs: set[str] = set()
+        # (``bench_identity``; timed searches only): a child that runs what an earlier
+        # candidate ran, and did not fail, is no new candidate. Kept in proposal order
+        # (added at launch, dropped when a result comes back failed), so it is as
+        # deterministic as the rest; a replay follows the records, not this rule.
+        self.identities: dict[str, tuple | None] = {}
+        self.seen_runs: set[tuple] = set()
         self.config_key = config_key(config)
         self.op_hash = op.hash
         self.replay = {r["id"]: r for r in store.nodes}  # recorded nodes of a resumed run
@@ -93,30 +100,29 @@ class Engine:
     def key(self, c: Candidate) -> str:
         return f"{c.key(self.op_hash, self.config.device)}:{self.config_key}"
 
-    def identity(self, c: Candidate) -> str | None:
-        """What ``c`` runs at the bench point, or None (free source, or its backend cannot
-        tell)."""
+    def identity(self, c: Candidate) -> tuple | None:
+        """(backend, what ``c`` runs at the bench point), or None: free source, an untimed
+        search, or a backend that cannot tell."""
         key = self.key(c)
         if key not in self.identities:
-            backend = backends.REGISTRY.get(c.backend)
-            tell = getattr(backend, "bench_identity", None)
-            self.identities[key] = tell(self.op, c.genes, self.config.device) \
-                if tell is not None and c.source is None else None
+            tell = getattr(backends.REGISTRY.get(c.backend), "bench_identity", None)
+            runs = None
+            if tell is not None and c.source is None and self.config.time:
+                try:
+                    runs = tell(self.op, c.genes, self.config.device, self.config.bench_dtype)
+                except Exception:  # a backend's bug costs the dedupe, not the search
+                    runs = None
+            self.identities[key] = (c.backend, runs) if runs is not None else None
         return self.identities[key]
-
-    def is_new(self, c: Candidate) -> bool:
-        if self.key(c) in self.seen:
-            return False
-        runs = self.identity(c)
-        return runs is None or runs not in self.seen_runs
 
     def make(self, p: Proposal) -> tuple[str, Candidate | OperatorFailure]:
         """The operator's name and its child (or its failure) for proposal ``p``."""
         if p.kind == "start":
             return "start", self.ctx.starts[p.start_index]
         parents = [self.candidates[i] for i in p.parents if i in self.candidates]
-        name = "?"
-        for attempt in range(DEDUP_TRIES):
+        recorded = (self.replay.get(p.node) or {}).get("key")
+        name, seen, twins, first = "?", 0, 0, None
+        for attempt in range(TWIN_TRIES):
             rng = random.Random(f"kdsl-op:{self.seed}:{p.node}:{attempt}")
             try:
                 operator = self.operators.pick(p.kind, rng)
@@ -126,10 +132,27 @@ class Engine:
                 raise
             except Exception as e:  # an operator's bug is a failed child, not a dead search
                 return name, OperatorFailure(name, f"{type(e).__name__}: {e}")
-            if isinstance(child, OperatorFailure) or self.is_new(child):
+            if isinstance(child, OperatorFailure):
                 return name, child
-        return name, OperatorFailure(name, f"no new candidate in {DEDUP_TRIES} tries "
-                                           "(the space near this parent is exhausted)")
+            if self.key(child) in self.seen:
+                seen += 1
+                if seen >= DEDUP_TRIES:
+                    break
+                continue
+            if recorded is not None:  # replaying: the child the record names, else diverge
+                if self.key(child) == recorded:
+                    return name, child
+                first = first or child
+                continue
+            runs = self.identity(child)
+            if runs is None or runs not in self.seen_runs:
+                return name, child
+            twins += 1
+        if first is not None:
+            return name, first  # _launch reports the divergence
+        why = f"{twins} ran kernels already evaluated, " if twins else ""
+        return name, OperatorFailure(name, f"no new candidate in {seen + twins} tries ({why}"
+                                           f"{seen} were genomes already seen)")
 
     def submit(self, c: Candidate) -> tuple[Future, bool]:
         cached = self.cache.get(self.key(c))
@@ -164,8 +187,7 @@ class Engine:
             return p, name, _done(Result.failure("operator", child.reason)), None, how
         self.candidates[p.node] = child
         self.seen.add(self.key(child))
-        runs = self.identity(child)
-        if runs is not None:
+        if (runs := self.identity(child)) is not None:
             self.seen_runs.add(runs)
         recorded = self.replay.get(p.node)
         if recorded is not None:
@@ -181,6 +203,8 @@ class Engine:
         stats = self.stats
         if child is not None:
             self._remember(p, name, child, result)
+            if not result.ok:  # a twin may yet run where this one failed
+                self.seen_runs.discard(self.identity(child))
         stats.done += 1
         reward = result.speedup
         self.policy.observe([(p.node, reward)])

@@ -65,9 +65,11 @@ def test_same_seed_same_cache_reproduces_exactly(tmp_path):
     assert ex.submitted == 0  # every measurement came from the shared cache
 
 
-def test_parallel_workers_are_deterministic(tmp_path):
-    a, _ = runs.start(settings(workers=4), tmp_path / "a", None, QuietDisplay(), FakeExecutor(4))
-    b, _ = runs.start(settings(workers=4), tmp_path / "b", None, QuietDisplay(), FakeExecutor(4))
+@pytest.mark.parametrize("backend", ["fake", "fake_clamped"])
+def test_parallel_workers_are_deterministic(tmp_path, backend):
+    s = settings(workers=4, backends=(backend,))
+    a, _ = runs.start(s, tmp_path / "a", None, QuietDisplay(), FakeExecutor(4))
+    b, _ = runs.start(s, tmp_path / "b", None, QuietDisplay(), FakeExecutor(4))
     assert strip(a.nodes) == strip(b.nodes)
 
 
@@ -77,10 +79,11 @@ def test_different_seeds_differ(tmp_path):
     assert [r["key"] for r in a.nodes] != [r["key"] for r in b.nodes]
 
 
+@pytest.mark.parametrize("backend", ["fake", "fake_clamped"])
 @pytest.mark.parametrize("keep", [0, 7, 12])
-def test_resume_after_kill_loses_no_completed_node(tmp_path, keep):
-    full, _ = runs.start(settings(budget=20), tmp_path / "full", None, QuietDisplay(),
-                         FakeExecutor())
+def test_resume_after_kill_loses_no_completed_node(tmp_path, keep, backend):
+    full, _ = runs.start(settings(budget=20, backends=(backend,)), tmp_path / "full", None,
+                         QuietDisplay(), FakeExecutor())
     # simulate kill -9 after `keep` nodes: the header, `keep` records and a torn one
     killed = tmp_path / "killed"
     shutil.copytree(tmp_path / "full", killed)
@@ -182,3 +185,21 @@ def test_a_child_that_runs_what_an_earlier_one_ran_is_not_evaluated(tmp_path):
     ran = [(min(r["candidate"]["genome"]["a"], 4), r["candidate"]["genome"]["b"],
             r["candidate"]["genome"]["mode"]) for r in store.nodes if r["candidate"]]
     assert len(set(ran)) < len(ran)
+
+
+def test_a_run_recorded_without_identities_resumes_with_them(tmp_path):
+    """A replay follows the records: a run made where the backend could not tell what its
+    candidates run (or by an older kdsl) resumes where it can, and goes on deduplicating."""
+    from kdsl import backends
+    clamped = backends.REGISTRY["fake_clamped"]
+    clamped.telling = False
+    try:
+        full, _ = runs.start(settings(budget=20, backends=("fake_clamped",)), tmp_path / "r",
+                             None, QuietDisplay(), FakeExecutor())
+    finally:
+        clamped.telling = True
+    import msgpack
+    (tmp_path / "r" / LINEAGE).write_bytes(b"".join(msgpack.packb(r) for r in
+                                                    [full.header] + full.nodes[:15]))
+    resumed, summary = runs.resume(tmp_path / "r", 30, QuietDisplay(), FakeExecutor())
+    assert strip(resumed.nodes[:15]) == strip(full.nodes[:15]) and summary["evaluations"] == 30
