@@ -113,6 +113,6 @@ class Backend(Protocol):
     def build(self, op: ir.Op, source: str, device: str) -> Built:
         """Compile/load ``source`` into a callable kernel. Raises BuildError."""
 
-    # Optional: ``bench_identity(op, genome, device) -> str | None``, equal for genomes that
-    # run the same code at the op's bench point (a launcher clamps genes to the sizes); a
-    # search then evaluates one of them. None: not known.
+    # Optional: ``bench_identity(op, genome, device, dtype=None) -> str | None``, equal for
+    # genomes that run the same code at the op's bench point (a launcher clamps genes to
+    # the sizes); a search then evaluates one of them. None: not known.
