@@ -59,12 +59,6 @@ def cacheable(plan: Plan) -> bool:
         and plan.inner is not None and bool(plan.row_values)
 
 
-def rereads(plan: Plan, n_passes: int) -> bool:
-    """Does a looped kernel read its column more than once: several reduction passes, or
-    outputs along the column written after them?"""
-    return n_passes > 1 or (n_passes > 0 and any(st.inner for st in plan.stores))
-
-
 def unrollable(plan: Plan) -> bool:
     """One static column shared by every reduction and no inner axis: its extent can be a
     compile-time constant."""
@@ -130,10 +124,11 @@ class RowKernel:
         plan, em, gen = self.plan, self.em, self.gen
         online = self.strategy == "online" if online is None else online
         passes = self.passes(online)
-        # evict 'reread', where a pass reads the column again after the first: the row data
-        # the earlier passes read stays in cache for the ones after (evict_last), and the
-        # last pass's reads and writes are streamed (evict_first)
-        hints = self.evict == "reread" and rereads(plan, len(passes))
+        # evict 'reread' (offered where outputs along the column are written after the
+        # reductions, so the write-back reads the column again): the row data the
+        # reduction passes read stays in cache (evict_last), and the write-back pass's
+        # reads and writes are streamed (evict_first)
+        hints = self.evict == "reread" and bool(passes)
         axes = ([plan.row_axis] if plan.row_axis else []) + list(plan.scalar_axes)
         gen.row_names = frozenset(name for name, _ in axes)
         try:

@@ -124,7 +124,7 @@ def main(argv=None) -> int:
         return 0
     if not args.out:
         return _usage("--out DIR is required (except with --profile-runs)")
-    config = EvalConfig(device=args.device, reps=args.reps, slow_cutoff=None)  # every rep
+    config = EvalConfig(device=args.device, reps=args.reps)
     rows = []
     with PoolExecutor(workers=1) as pool:
         for label, cand in todo:

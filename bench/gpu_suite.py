@@ -73,7 +73,7 @@ def workers_for(op, point, dtype: str, wanted: int) -> int:
 def search_op(path, op, args, out: Path, pool, cache: str) -> dict:
     from kdsl.search import runs
     from kdsl.search.display import LogDisplay
-    from kdsl.search.jobs import EvalConfig
+    from kdsl.search.jobs import SEARCH_SLOW_CUTOFF, EvalConfig
     from kdsl.search.settings import SearchSettings
     from kdsl.search.timing import bench_dtype, bench_point
     point = bench_point(op, args.device)
@@ -85,8 +85,7 @@ def search_op(path, op, args, out: Path, pool, cache: str) -> dict:
         seed=args.seed, budget=args.budget, workers=workers, executor="pool", llm="off",
         use_priors=False,
         eval=EvalConfig(device=args.device, dtypes=(dtype,), seeds=(1,), reps=args.search_reps,
-                        warmup=3,
-                        baseline="eager"))
+                        warmup=3, baseline="eager", slow_cutoff=SEARCH_SLOW_CUTOFF))
     start = time.monotonic()
     store, summary = runs.start(settings, out / "runs" / op.name, cache,
                                 LogDisplay(every=max(1, args.budget // 4)), Kept(pool))
@@ -109,9 +108,8 @@ def confirm(op, genome: dict | None, pool, args) -> dict:
     for mode in ("eager", "compile"):
         light = {} if mode == "eager" else {"seeds": (13,), "cases_per_dtype": 1,
                                             "dtypes": (bench_dtype(op, point, None),)}
-        # every rep, however slow: the table's figures are medians of the full count
         cfg = EvalConfig(device=args.device, baseline=mode, reps=args.confirm_reps, warmup=10,
-                         timeout_s=600.0, slow_cutoff=None, **{"seeds": (11, 12), **light})
+                         timeout_s=600.0, **{"seeds": (11, 12), **light})
         res = pool.submit(EvalJob(op, cand, cfg)).result()
         a = res.artifacts or {}
         out[mode] = {"ok": res.ok, "stage": res.stage, "message": res.message[:400],

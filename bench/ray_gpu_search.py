@@ -61,13 +61,13 @@ def preflight(gpus: int | None) -> tuple[int, str] | str:
 
 
 def settings_for(args, workers: int):
-    from kdsl.search.jobs import EvalConfig
+    from kdsl.search.jobs import SEARCH_SLOW_CUTOFF, EvalConfig
     from kdsl.search.settings import SearchSettings
     return SearchSettings(spec=args.spec, op=args.op, backends=("triton",), device="cuda",
                           policy=args.policy, seed=args.seed, budget=args.budget,
                           workers=workers, executor="ray",
                           executor_options={"address": args.address} if args.address else {},
-                          eval=EvalConfig(device="cuda"))
+                          eval=EvalConfig(device="cuda", slow_cutoff=SEARCH_SLOW_CUTOFF))
 
 
 def one_run(name: str, args, out: Path, cache: Path, gpus_for_executor: int, workers: int):

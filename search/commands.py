@@ -8,7 +8,7 @@ from kdsl.errors import UsageError
 
 from . import runs
 from .display import LiveDisplay, LogDisplay
-from .jobs import EvalConfig
+from .jobs import SEARCH_SLOW_CUTOFF, EvalConfig
 from .llm.setup import resolve_mode
 from .operators import FatalOperatorError
 from .settings import SearchSettings
@@ -31,7 +31,7 @@ def settings_from(args, policy: str, seed: int) -> SearchSettings:
                           max_llm_calls=args.max_llm_calls, llm_repairs=args.llm_repairs,
                           replay_from=args.replay_from, use_priors=not args.no_priors,
                           use_stored=not args.no_stored,
-                          eval=EvalConfig(device=args.device))
+                          eval=EvalConfig(device=args.device, slow_cutoff=SEARCH_SLOW_CUTOFF))
 
 
 def display_for(args, title: str):

@@ -15,6 +15,11 @@ from .candidate import Candidate
 from .result import Result
 
 
+# a search's slow cutoff: a candidate already this many times slower than the baseline
+# is ranked by one timed run; figures that are published time every rep (the default)
+SEARCH_SLOW_CUTOFF = 10.0
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     device: str = "cpu"                   # 'cpu' | 'cuda'
@@ -26,8 +31,9 @@ class EvalConfig:
     bench_dtype: str | None = None        # None: the bench point's dtype
     warmup: int = 3
     reps: int = 10
-    slow_cutoff: float | None = 10.0      # a kernel whose first timed run is this many times
-                                          # the baseline's time gets no more runs (None: all)
+    slow_cutoff: float | None = None      # a kernel whose first timed run is this many times
+                                          # the baseline's time gets no more runs (None: all
+                                          # reps; searches set SEARCH_SLOW_CUTOFF)
     baseline: str = "auto"                # 'auto' (compile on cuda, eager on cpu) | 'eager' | 'compile'
     timeout_s: float = 300.0              # wall clock per evaluation, build included
     memory_mb: int = 8192                 # address-space limit of a CPU worker

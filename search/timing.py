@@ -7,7 +7,7 @@ that flushes L2; on CPU ``time.perf_counter`` brackets it. The result is the
 median. The baseline is timed first (once per process), then one probe run of the
 candidate: a kernel already ``slow_cutoff`` times the baseline, whose warmup and reps
 would hold the device for over ``CUT_OVER_MS``, is ranked by that one run
-(artifact ``reps_cut``); the scripts that publish figures time every rep.
+(artifact ``reps_cut``): searches set it; by default every rep is timed.
 
 Before timing, the kernel's bench-size output is checked against a float64
 oracle (the spec's baseline run on float64 inputs, on the device), so a kernel
