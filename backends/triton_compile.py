@@ -79,13 +79,17 @@ class _Recorder:
         return launch
 
 
+FALLBACK_KNOBS = ("ONEPASS_MAX", "UNROLL_MAX")  # module-level limits past which a launcher
+# takes its looped fallback kernel
+
+
 def launches(source: str, examples: list[dict] | None = None, namespace: dict | None = None,
              fallbacks: bool = True) -> list[tuple]:
     """(jit function, grid, args, kwargs) of each launch ``kernel()`` makes on the examples
     (the module's ``EXAMPLES`` by default), in ``namespace`` (a loaded module's, whose jit
     functions are then the ones recorded) or a fresh load of ``source``. With
-    ``fallbacks``, a module with an ``ONEPASS_MAX`` knob is run again with it at 0, so its
-    fallback kernels are launched too."""
+    ``fallbacks``, a module with ``ONEPASS_MAX`` or ``UNROLL_MAX`` knobs is run again with
+    them at 0, so its fallback kernels are launched too."""
     import torch
     from triton.runtime.jit import JITFunction
     ns = namespace if namespace is not None else vars(load_module(source))
@@ -96,7 +100,8 @@ def launches(source: str, examples: list[dict] | None = None, namespace: dict | 
     if not jitted and any(type(v).__name__ == "InterpretedFunction" for v in ns.values()):
         raise RuntimeError("TRITON_INTERPRET=1 is set: kernels are interpreted, not compiled")
     calls: list = []
-    knobs = [{}] + ([{"ONEPASS_MAX": 0}] if fallbacks and "ONEPASS_MAX" in ns else [])
+    off = {k: 0 for k in FALLBACK_KNOBS if k in ns}
+    knobs = [{}] + ([off] if fallbacks and off else [])
     saved = {k: ns[k] for knob in knobs for k in knob}
     ns.update({k: _Recorder(v, calls) for k, v in jitted.items()})
     try:
@@ -150,10 +155,12 @@ def _signature(fn, args, kwargs):
     return signature, constexprs, attrs, options
 
 
-def compile_for(source: str, tgt, examples: list[dict] | None = None) -> dict:
+def compile_for(source: str, tgt, examples: list[dict] | None = None,
+                asm: tuple[str, ...] = ()) -> dict:
     """{kernel name: {n_regs, n_spills, shared, num_warps, num_stages, constexprs}} on ``tgt``.
 
-    ``tgt`` is a GPUTarget or a tuple such as ``CUDA_H100`` / ``HIP_MI300``.
+    ``tgt`` is a GPUTarget or a tuple such as ``CUDA_H100`` / ``HIP_MI300``; ``asm`` names
+    compiler stages ('ttgir', 'ptx', ...) whose text each kernel's entry keeps under 'asm'.
     """
     import triton
     from triton.compiler import ASTSource
@@ -177,6 +184,8 @@ def compile_for(source: str, tgt, examples: list[dict] | None = None) -> dict:
                                   options=options)
         regs, spills = _resources(compiled, tgt.backend)
         out[fn.__name__] = _meta(tgt, regs, spills, compiled, constexprs, options)
+        if asm:
+            out[fn.__name__]["asm"] = {k: compiled.asm[k] for k in asm}
     return out
 
 

@@ -169,13 +169,15 @@ def jit_function(name: str, op: ir.Op, constexprs: list[str], body: list[str],
 
 
 def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],
-                  fallback: bool) -> list[str]:
+                  fallback: str | None) -> list[str]:
     """Launcher lines of a pointwise or row kernel: block sizes from the sizes, one launch.
 
     A one-pass kernel's column tile is next_pow2 of the column; past ``ONEPASS_MAX`` (a
     module-level knob), or past ``THREAD_CAP`` elements a thread, it launches the looped
-    fallback with the genome's BLOCK_C instead. Tiles are clamped to ``TILE_CAP`` elements
-    and ``THREAD_CAP`` a thread, so no genome asks for a tile that cannot be compiled."""
+    fallback with the genome's BLOCK_C instead. An unrolled kernel (``fallback``
+    'unrolled') launches its looped fallback past ``UNROLL_MAX`` chunks. Tiles are clamped
+    to ``TILE_CAP`` elements and ``THREAD_CAP`` a thread, so no genome asks for a tile that
+    cannot be compiled."""
     lines = launcher_head(op) + dispatch(op)
     gr, gc = int(genome.get("BLOCK_R", 1)), int(genome.get("BLOCK_C", 1024))
     warps, stages = int(genome.get("num_warps", 4)), int(genome.get("num_stages", 1))
@@ -189,12 +191,16 @@ def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],
         col = None
     split = plan.kind == "pointwise" and plan.inner is not None
     pick = f"({', '.join(names)},)[variant]"
-    if not fallback:
+    looped = f"({', '.join(n + '_looped' for n in names)},)[variant]"
+    if fallback != "onepass":
         cap = f"triton.next_power_of_2({col})" if col else str(gc)
         lines.append(f"    BLOCK_C = min({min(gc, tile)}, {cap})")
-        lines.append(f"    fn = {pick}")
+        if fallback == "unrolled" and col:
+            lines.append(f"    unroll = triton.cdiv({col}, BLOCK_C) <= UNROLL_MAX")
+            lines.append(f"    fn = {pick} if unroll else {looped}")
+        else:
+            lines.append(f"    fn = {pick}")
     else:
-        looped = f"({', '.join(n + '_looped' for n in names)},)[variant]"
         wide = THREAD_CAP * 32 * warps
         lines.append(f"    BLOCK_C = triton.next_power_of_2({col})")
         lines.append(f"    onepass = BLOCK_C <= min(ONEPASS_MAX, {wide})")
@@ -205,9 +211,11 @@ def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],
     lines.append(f"    n = {programs(plan, split)}")
     lines.append("    if n <= 0:")
     lines.append("        return")
-    ncol = f"NCOL={col}, " if genome.get("reduce") == "unrolled" and col else ""
-    lines.append(f"    fn[(n,)](*args, BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, {ncol}"
-                 f"num_warps={warps}, num_stages={stages})")
+    if fallback == "unrolled" and col:
+        lines.append(f"    more = {{'NCOL': {col}}} if unroll else {{}}")
+    more = ", **more" if fallback == "unrolled" and col else ""
+    lines.append(f"    fn[(n,)](*args, BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, "
+                 f"num_warps={warps}, num_stages={stages}{more})")
     return lines
 
 

@@ -18,7 +18,7 @@ outputs. The column axis is walked in one of three ways (the ``reduce`` gene):
 - ``unrolled``: looped over a static column whose extent the launcher passes as the
   constexpr ``NCOL``, so the loop unrolls and every chunk's loads are in flight at once
   (a pooling window of 3 is otherwise three dependent round trips to memory). One
-  compile per distinct extent.
+  compile per distinct extent; past ``UNROLL_MAX`` chunks it falls back to looped.
 - ``phases``: a strided window (pooling) read by stride phases, one vectorized load per
   phase (``triton_window``).
 
@@ -38,6 +38,10 @@ from .triton_plan import Plan, flat_extent
 from .triton_window import render as render_window, window_of
 
 ONEPASS_MAX = 32768
+# most chunks an unrolled column takes; past it the looped fallback runs (cross_entropy's
+# 32768 columns unrolled in 32 chunks of 1024 on one warp: 5728 spilled registers, and
+# one H200 search evaluation spent 221 s compiling it)
+UNROLL_MAX = 8
 IDENT = {("sum", "float"): "0.0", ("sum", "int"): "0", ("prod", "float"): "1.0",
          ("prod", "int"): "1", ("max", "float"): "float('-inf')", ("max", "int"): INT64_MIN,
          ("min", "float"): "float('inf')", ("min", "int"): INT64_MAX}
@@ -477,7 +481,8 @@ def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], s
     consts = divisor_dims(op) if genome.get("constants") == "divisors" else ()
     if strategy == "phases":
         return render_window(op, plan, window_of(plan), genome, name, math, consts, exp)
-    fallback = plan.kind != "pointwise" and strategy == "onepass"
+    fallback = strategy if plan.kind != "pointwise" and strategy in ("onepass", "unrolled") \
+        else None
     kernels, helpers, names = [], set(), []
     for dtype, suffix in dtype_suffixes(op):
         k = RowKernel(op, plan, strategy, name + suffix, dtype, math, consts, exp, evict)
@@ -490,6 +495,10 @@ def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], s
             kernels.append(k.render())
             helpers |= k.em.helpers
     launcher = rows_launcher(op, plan, genome, names, fallback)
-    if fallback:  # a module-level knob, so a static compile can reach the fallback
+    # module-level knobs, so a static compile can reach the fallback
+    if fallback == "onepass":
         launcher = [f"ONEPASS_MAX = {ONEPASS_MAX}  # widest one-pass column", ""] + launcher
+    elif fallback == "unrolled":
+        launcher = [f"UNROLL_MAX = {UNROLL_MAX}  # most chunks of an unrolled column", ""] + \
+            launcher
     return kernels, helpers, launcher

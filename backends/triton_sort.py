@@ -139,18 +139,27 @@ def _kd_hc_side(n_dims: tl.constexpr, j: tl.constexpr):
 
 
 @triton.jit
-def _kd_hc_cas(k, v, flip, j: tl.constexpr, n_dims: tl.constexpr):
+def _kd_hc_cas(k, v, flip, j: tl.constexpr, n_dims: tl.constexpr, regs: tl.constexpr):
     ky = k ^ tl.xor_sum(k, n_dims - 1 - j, True)
     vy = v ^ tl.xor_sum(v, n_dims - 1 - j, True)
-    gt = (k > ky) | ((k == ky) & (v > vy))
-    swap = gt != ((flip ^ _kd_hc_side(n_dims, j)) != 0)
+    if j < regs:  # partners in one thread: one compare a pair (see _kd_hc_cas1)
+        swap = tl.where(_kd_hc_side(n_dims, j) != 0, (ky > k) | ((ky == k) & (vy > v)),
+                        (k > ky) | ((k == ky) & (v > vy))) != (flip != 0)
+    else:
+        gt = (k > ky) | ((k == ky) & (v > vy))
+        swap = gt != ((flip ^ _kd_hc_side(n_dims, j)) != 0)
     return tl.where(swap, ky, k), tl.where(swap, vy, v)
 
 
 @triton.jit
-def _kd_hc_cas1(k, flip, j: tl.constexpr, n_dims: tl.constexpr):
+def _kd_hc_cas1(k, flip, j: tl.constexpr, n_dims: tl.constexpr, regs: tl.constexpr):
     ky = k ^ tl.xor_sum(k, n_dims - 1 - j, True)
-    swap = (k > ky) != ((flip ^ _kd_hc_side(n_dims, j)) != 0)
+    if j < regs:
+        # both partners in one thread's registers, where the side is a constant: each
+        # asks the same (left > right), a compare the compiler makes once for the pair
+        swap = tl.where(_kd_hc_side(n_dims, j) != 0, ky > k, k > ky) != (flip != 0)
+    else:
+        swap = (k > ky) != ((flip ^ _kd_hc_side(n_dims, j)) != 0)
     return tl.where(swap, ky, k)
 
 
@@ -164,45 +173,61 @@ def _kd_hc_flip(stage: tl.constexpr, order: tl.constexpr, n_dims: tl.constexpr):
 
 
 @triton.jit
-def _kd_hc_merge(k, v, stage: tl.constexpr, order: tl.constexpr, n_dims: tl.constexpr):
+def _kd_hc_merge(k, v, stage: tl.constexpr, order: tl.constexpr, n_dims: tl.constexpr,
+                 regs: tl.constexpr):
     flip = _kd_hc_flip(stage, order, n_dims)
     for i in tl.static_range(stage):
-        k, v = _kd_hc_cas(k, v, flip, stage - 1 - i, n_dims)
+        k, v = _kd_hc_cas(k, v, flip, stage - 1 - i, n_dims, regs)
     return k, v
 
 
 @triton.jit
-def _kd_hc_merge1(k, stage: tl.constexpr, order: tl.constexpr, n_dims: tl.constexpr):
+def _kd_hc_merge1(k, stage: tl.constexpr, order: tl.constexpr, n_dims: tl.constexpr,
+                  regs: tl.constexpr):
     flip = _kd_hc_flip(stage, order, n_dims)
     for i in tl.static_range(stage):
-        k = _kd_hc_cas1(k, flip, stage - 1 - i, n_dims)
+        k = _kd_hc_cas1(k, flip, stage - 1 - i, n_dims, regs)
     return k
 
 
 @triton.jit
-def _kd_hc_sort_pairs(k, v, log_r: tl.constexpr, log_n: tl.constexpr):
+def _kd_hc_relabel(k, log_r: tl.constexpr, log_n: tl.constexpr, lo: tl.constexpr,
+                   hi: tl.constexpr):
+    # a row's keys sort the same in any order, so the columns may be relabelled for free
+    # (a reshape and a permute move no data): the column bits the loaded layout keeps in
+    # each thread's registers, [0, lo) and [hi, log_n), become the low bits, which most
+    # compare-and-swap layers pair, and the lane and warp bits [lo, hi) the high ones
+    if lo < hi and hi < log_n:
+        k4 = tl.reshape(k, [2**log_r, 2**(log_n - hi), 2**(hi - lo), 2**lo])
+        k = tl.reshape(tl.permute(k4, (0, 2, 1, 3)), [2**log_r, 2**log_n])
+    return k
+
+
+@triton.jit
+def _kd_hc_sort_pairs(k, v, log_r: tl.constexpr, log_n: tl.constexpr, regs: tl.constexpr):
     if log_n > 0:
         hk = tl.reshape(k, [2] * (log_r + log_n))
         hv = tl.reshape(v, [2] * (log_r + log_n))
         for i in tl.static_range(1, log_n + 1):
-            hk, hv = _kd_hc_merge(hk, hv, i, 2 if i < log_n else 0, log_r + log_n)
+            hk, hv = _kd_hc_merge(hk, hv, i, 2 if i < log_n else 0, log_r + log_n, regs)
         k = tl.reshape(hk, k.shape)
         v = tl.reshape(hv, v.shape)
     return k, v
 
 
 @triton.jit
-def _kd_hc_sort_keys(k, log_r: tl.constexpr, log_n: tl.constexpr):
+def _kd_hc_sort_keys(k, log_r: tl.constexpr, log_n: tl.constexpr, regs: tl.constexpr):
     if log_n > 0:
         h = tl.reshape(k, [2] * (log_r + log_n))
         for i in tl.static_range(1, log_n + 1):
-            h = _kd_hc_merge1(h, i, 2 if i < log_n else 0, log_r + log_n)
+            h = _kd_hc_merge1(h, i, 2 if i < log_n else 0, log_r + log_n, regs)
         k = tl.reshape(h, k.shape)
     return k
 
 
 @triton.jit
-def _kd_hc_topk_pairs(k, v, log_r: tl.constexpr, log_n: tl.constexpr, log_k: tl.constexpr):
+def _kd_hc_topk_pairs(k, v, log_r: tl.constexpr, log_n: tl.constexpr, log_k: tl.constexpr,
+                      regs: tl.constexpr):
     # the 2**log_k smallest (key, index) pairs of each row, ascending: sort runs of 2**log_k
     # in alternating order, then keep the pairwise minima of neighbouring runs (a bitonic
     # sequence holding the smaller half) and merge it, until one run is left
@@ -212,12 +237,14 @@ def _kd_hc_topk_pairs(k, v, log_r: tl.constexpr, log_n: tl.constexpr, log_k: tl.
         hk = tl.reshape(k, [2] * (log_r + log_n))
         hv = tl.reshape(v, [2] * (log_r + log_n))
         for i in tl.static_range(1, log_k + 1):
-            hk, hv = _kd_hc_merge(hk, hv, i, 2 if i < log_n else 0, log_r + log_n)
+            hk, hv = _kd_hc_merge(hk, hv, i, 2 if i < log_n else 0, log_r + log_n, regs)
         for i in tl.static_range(log_k + 1, log_n + 1):
             # the hypercube has log_r + log_n + log_k + 1 - i axes here; fold axis log_k
+            # (a register axis while log_k is under the register bits left)
             hk, hv = tl.reduce((hk, hv), log_r + log_n - i, _kd_pair_min)
             hk, hv = _kd_hc_merge(hk, hv, log_k, 2 if i < log_n else 0,
-                                  log_r + log_n + log_k - i)
+                                  log_r + log_n + log_k - i,
+                                  max(log_k, regs - (i - log_k)) if log_k < regs else regs)
         k = tl.reshape(hk, [2**log_r, 2**log_k])
         v = tl.reshape(hv, [2**log_r, 2**log_k])
     return k, v
@@ -248,6 +275,12 @@ class SortKernel:
             key, kind = self.key(group, k, mk)
             idx = em.let(f"tl.broadcast_to({k.code}, [BLOCK_R, BLOCK_C])", "int",
                          frozenset("RC"), "ix")
+            if self.hypercube and group.family == "sort":
+                # (top-k keeps the loaded order: its halving folds the high bits, which
+                # halve each thread's share only while they lie in registers)
+                key, idx = (em.let(f"_kd_hc_relabel({t.code}, LOG_R, LOG_C, LANE_LO, LANE_HI)",
+                                   "int", frozenset("RC"), t.code.rstrip("0123456789"))
+                            for t in (key, idx))
             if group.family == "sort":
                 self.sort(g, key, idx, kind, wanted, k, mk)
             elif self.method == "select":
@@ -255,7 +288,7 @@ class SortKernel:
             else:
                 ks, vs = em.name("ks"), em.name("vs")
                 em.emit(f"{ks}, {vs} = _kd_hc_topk_pairs({key.code}, {idx.code}, LOG_R, LOG_C, "
-                        "LOG_K)" if self.hypercube else
+                        "LOG_K, LANE_LO)" if self.hypercube else
                         f"{ks}, {vs} = _kd_topk_pairs({key.code}, {idx.code}, LOG_C, LOG_K, "
                         "BLOCK_R)")
                 r = em.let("tl.arange(0, BLOCK_K)[None, :]", "int", frozenset("C"), "r")
@@ -264,7 +297,8 @@ class SortKernel:
                 self.stores(g, Val(ks, "int", frozenset("RC")), Val(vs, "int", frozenset("RC")),
                             kind, r)
                 gen.masks["C"] = mk
-        constexprs = ["BLOCK_R", "LOG_R", "BLOCK_C", "LOG_C", "BLOCK_K", "LOG_K"]
+        constexprs = ["BLOCK_R", "LOG_R", "BLOCK_C", "LOG_C", "BLOCK_K", "LOG_K", "LANE_LO",
+                      "LANE_HI"]
         return jit_function(self.name, self.op, constexprs, em.lines)
 
     def key(self, group, k: Val, mk: Val) -> tuple[Val, str]:
@@ -316,13 +350,14 @@ class SortKernel:
         em = self.em
         ks, vs = em.name("ks"), em.name("vs")
         if "indices" in wanted:
-            em.emit(f"{ks}, {vs} = _kd_hc_sort_pairs({key.code}, {idx.code}, LOG_R, LOG_C)"
+            em.emit(f"{ks}, {vs} = _kd_hc_sort_pairs({key.code}, {idx.code}, LOG_R, LOG_C, "
+                    "LOG_C - LANE_HI + LANE_LO)"
                     if self.hypercube else
                     f"{ks}, {vs} = _kd_sort_pairs({key.code}, {idx.code}, LOG_C)")
         elif self.method == "tl.sort":
             em.emit(f"{ks} = tl.sort({key.code}, dim=1)")
         else:
-            em.emit(f"{ks} = _kd_hc_sort_keys({key.code}, LOG_R, LOG_C)" if self.hypercube
+            em.emit(f"{ks} = _kd_hc_sort_keys({key.code}, LOG_R, LOG_C, LOG_C - LANE_HI + LANE_LO)" if self.hypercube
                     else f"{ks} = _kd_sort_keys({key.code}, LOG_C)")
         self.stores(g, Val(ks, "int", frozenset("RC")), Val(vs, "int", frozenset("RC")), kind, k)
 
@@ -368,6 +403,12 @@ def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], s
     lines.append("    import torch")
     lines.append("    most = 16 if torch.version.hip else 32  # 1024 threads: AMD's waves are 64 wide")
     lines.append(f"    warps = min(most, max({warps}, BLOCK_R * BLOCK_C // {KEYS_PER_THREAD * 32}))")
+    # the column bits of the loaded layout that lie across lanes and warps (a guess at the
+    # compiler's choice: 16-byte vectors a thread, then 32 lanes and the warps along the
+    # row); the relabelling is correct for any value, fast when the guess is right
+    lines.append("    vec = 16 // max(1, min(16, args[0].element_size()))")
+    lines.append("    LANE_LO = min(vec.bit_length() - 1, BLOCK_C.bit_length() - 1)")
+    lines.append("    LANE_HI = min(LANE_LO + 5 + warps.bit_length() - 1, BLOCK_C.bit_length() - 1)")
     lines.append(f"    n = {programs(plan, False)}")
     lines.append("    if n <= 0:")
     lines.append("        return")
@@ -377,6 +418,7 @@ def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], s
     lines.append(f"    ({', '.join(names)},)[variant][(n,)](*args, BLOCK_R=BLOCK_R, "
                  "LOG_R=BLOCK_R.bit_length() - 1, BLOCK_C=BLOCK_C, "
                  "LOG_C=BLOCK_C.bit_length() - 1, BLOCK_K=BLOCK_K, "
-                 "LOG_K=BLOCK_K.bit_length() - 1, num_warps=warps, "
+                 "LOG_K=BLOCK_K.bit_length() - 1, LANE_LO=LANE_LO, LANE_HI=LANE_HI, "
+                 "num_warps=warps, "
                  f"num_stages={int(genome.get('num_stages', 1))}" + (", **caps)" if regs else ")"))
     return sources, helpers, lines

@@ -351,7 +351,8 @@ def test_short_static_windows_unroll_and_segments_cache():
     assert "cached" not in strategies(make_plan(_load(lib["embedding_bag_sum"])))
     be = get("triton")
     pool = be.render(_load(lib["max_pool1d"]), {"reduce": "unrolled"}, "cuda")
-    assert "tl.static_range(0, NCOL, BLOCK_C)" in pool and "NCOL=max(d_KW - 0, 1)" in pool
+    assert "tl.static_range(0, NCOL, BLOCK_C)" in pool and \
+        "{'NCOL': max(d_KW - 0, 1)} if unroll" in pool
     phased = be.render(_load(lib["max_pool1d"]), {"reduce": "phases"}, "cuda")
     assert "tl.static_range(QLO, QHI + 1)" in phased and "WS = d_S" in phased
     assert phased.count("tl.load(p_x") == 1  # one flat load per phase, not one per tap
@@ -465,6 +466,48 @@ def test_sorting_networks_hold_at_most_32_keys_a_thread(name):
         assert kw["num_warps"] >= genome["num_warps"], kw
     # 16 rows of 1024 on one warp: one row; 2048 on one warp: two warps; 4 x 1024 on 4 kept
     assert seen == {(1, 1024, 1), (1, 2048, 2), (4, 1024, 4), (1, 128, 1)}
+
+
+def test_unrolled_columns_past_the_unroll_cap_take_the_looped_kernel():
+    """cross_entropy's 32768 columns unrolled in 32 chunks spilled thousands of registers
+    and compiled for minutes: past UNROLL_MAX chunks the launcher runs the looped fallback,
+    and a static compile reaches both kernels."""
+    from kdsl.backends.triton import interpreting
+    from kdsl.backends.triton_compile import example_at, launches
+    if interpreting():
+        pytest.skip("this process runs the interpreter")
+    be = get("triton")
+    op = _load(_library()["cross_entropy"])
+    source = be.render(op, be.space(op, "cuda").complete(
+        {"reduce": "unrolled", "BLOCK_C": 1024, "num_warps": 1}), "cuda")
+
+    def launched(c):
+        return [(fn.__name__, kw.get("NCOL")) for fn, _, _, kw in launches(
+            source, [example_at(op, {"M": 8, "C": c}, "bf16")], fallbacks=False)]
+    assert launched(8192) == [("_kd_cross_entropy", 8192)]  # 8 chunks: unrolled
+    assert launched(32768) == [("_kd_cross_entropy_looped", None)]
+    names = {fn.__name__ for fn, *_ in launches(source, [example_at(op, {"M": 8, "C": 8192},
+                                                                     "bf16")])}
+    assert names == {"_kd_cross_entropy", "_kd_cross_entropy_looped"}
+
+
+def test_sort_relabels_columns_so_most_layers_stay_in_registers():
+    """A row sorts the same in any order, so the sort relabels its columns: the bits each
+    thread holds in registers become the network's low bits. In the sm_90 compile of the
+    bench kernel that leaves 15 of 55 layers across lanes (960 shuffles, from 2240), and
+    a pair in one thread is compared once."""
+    from kdsl.backends.triton import interpreting
+    from kdsl.backends.triton_compile import CUDA_H100, compile_for, example_at
+    if interpreting():
+        pytest.skip("this process runs the interpreter")
+    be = get("triton")
+    op = _load(_library()["sort_rows"])
+    source = be.render(op, be.space(op, "cuda").complete({}), "cuda")
+    assert "_kd_hc_relabel(" in source.split("def kernel(")[0].split("def _kd_sort_rows")[1]
+    (meta,) = compile_for(source, CUDA_H100, [example_at(op, {"M": 64, "N": 1024}, "i64")],
+                          asm=("ptx",)).values()
+    # 15 layers x 32 keys x two 32-bit halves
+    assert meta["asm"]["ptx"].count("shfl.sync") == 960
 
 
 def test_register_cap_reaches_ptxas_on_nvidia_only(monkeypatch):
