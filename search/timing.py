@@ -384,8 +384,10 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
         return Timing(f"op '{op.name}' declares no {'baseline' if point else 'bench point'} "
                       f"for {device}")
     dtype = bench_dtype(op, point, config.bench_dtype)
-    case = bench_case(op, point, dtype)
-    arts: dict = {"bench": {"sizes": dict(case.sizes), "dtype": dtype}}
+    drawn = time.perf_counter()
+    case = bench_case(op, point, dtype)  # drawn once a process, outside the device lock
+    arts: dict = {"bench": {"sizes": dict(case.sizes), "dtype": dtype},
+                  "timing_phases_s": {"draw": round(time.perf_counter() - drawn, 4)}}
     whole = traffic_bytes(op, case.sizes, dtype) >= config.exclusive_bench_bytes
     arts["device_lock"] = "stage" if whole else "timed runs"
     lock = functools.partial(device_lock.exclusive, device, arts)
@@ -395,19 +397,40 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
                            contextlib.nullcontext if whole else lock)
 
 
+class _Laps:
+    """``with laps(name):`` adds the block's wall seconds to ``into[name]``."""
+
+    def __init__(self, into: dict):
+        self.into = into
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.into[name] = round(self.into.get(name, 0.0) + time.perf_counter() - start, 4)
+
+
 def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, arts,
                 hold) -> Timing:
     import torch
     device, dtype = config.device, case.dtype
     where = f"bench point {', '.join(f'{k}={v}' for k, v in case.sizes.items())}, {dtype}"
-    ins = corr.fresh_inputs(op, dtype, case.inputs, device)
-    outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
-    kernel(ins, outs, dict(case.sizes))
-    corr.sync(device)
-    ref, note = oracle(op, case, device)
+    # where the stage's seconds go (a large bench point's stage holds the device lock)
+    lap = _Laps(arts.setdefault("timing_phases_s", {}))
+    with lap("inputs"):
+        ins = corr.fresh_inputs(op, dtype, case.inputs, device)
+        outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
+    with lap("first_run"):
+        kernel(ins, outs, dict(case.sizes))
+        corr.sync(device)
+    with lap("oracle"):
+        ref, note = oracle(op, case, device)
     if note:
         arts["bench_check"] = note
-    message, error = bench_judge(op, case, ins, outs, ref, 0, device)
+    with lap("check"):
+        message, error = bench_judge(op, case, ins, outs, ref, 0, device)
     arts["bench_max_error"] = error
     if message:
         return Timing(f"wrong at the {where}: {message}", artifacts=arts)
@@ -416,10 +439,11 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
         for t in op.outputs:
             corr.poison(outs[t.name], op.dtype_of(t.name, dtype), 1)
 
-    base = time_baseline(op, case, device, baseline_mode(config), config, timer, cache,
-                         compile_fn, hold)
+    with lap("baseline"):
+        base = time_baseline(op, case, device, baseline_mode(config), config, timer, cache,
+                             compile_fn, hold)
     run = lambda: kernel(ins, outs, dict(case.sizes))  # noqa: E731
-    with hold(), torch.no_grad():
+    with lap("timed_runs"), hold(), torch.no_grad():
         # one timed run first: a kernel already far slower than the baseline is ranked by
         # it, instead of holding the device for warmup + reps more runs of seconds each
         samples = timer(run, warmup=0, reps=1, setup=repoison)
@@ -432,15 +456,17 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
         else:
             samples = timer(run, warmup=config.warmup, reps=config.reps, setup=repoison)
     time_ms = statistics.median(samples)
-    nbytes = traffic_bytes(op, case.sizes, dtype, case.inputs)
-    bw = bandwidth(device, nbytes) if callable(bandwidth) else \
-        bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes, hold=hold)
-    suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
-    if suspect and bandwidth is None:  # rule out a copy that was slow by bad luck: measure again
-        bw = copy_bandwidth(device, nbytes, fresh=True, hold=hold)
+    with lap("floor"):
+        nbytes = traffic_bytes(op, case.sizes, dtype, case.inputs)
+        bw = bandwidth(device, nbytes) if callable(bandwidth) else \
+            bandwidth if bandwidth is not None else copy_bandwidth(device, nbytes, hold=hold)
         suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
-    corr.sync(device)
-    message, _ = bench_judge(op, case, ins, outs, ref, 1, device)
+        if suspect and bandwidth is None:  # rule out a slow copy by bad luck: measure again
+            bw = copy_bandwidth(device, nbytes, fresh=True, hold=hold)
+            suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
+    with lap("check_again"):
+        corr.sync(device)
+        message, _ = bench_judge(op, case, ins, outs, ref, 1, device)
     if message:
         return Timing(f"wrong after repeated runs at the {where}: {message}", artifacts=arts)
     floor_ms = nbytes / bw * 1e3

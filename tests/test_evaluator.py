@@ -66,6 +66,10 @@ def test_a_correct_candidate_passes_every_stage_with_each_artifact(monkeypatch):
     assert a["cases_checked"] >= 4 and 0 <= a["max_error"] < 1e-6
     assert a["floor_ms"] > 0 and a["suspect"] is False
     assert set(a["stage_s"]) == set(STAGES)
+    # the timing stage says where its seconds went
+    assert set(a["timing_phases_s"]) == {"draw", "inputs", "first_run", "oracle", "check",
+                                         "baseline", "timed_runs", "floor", "check_again"}
+    assert sum(a["timing_phases_s"].values()) <= a["stage_s"]["timing"] + 1e-3
 
 
 def test_without_timing_the_result_ends_at_correctness():
