@@ -140,6 +140,11 @@ def run(args) -> int:
                       in_given_order=True)
     if ops is None or not device_ready("gpu_suite", args.device):
         return 2
+    if args.rest_of:
+        done = suite_table.finished(args.rest_of_docs)
+        ops = [(path, op) for path, op in ops if op.name not in done]
+        print(f"gpu_suite: {len(done)} ops done in {', '.join(args.rest_of)}; "
+              f"{len(ops)} to run", flush=True)
     from kdsl.search.executors import PoolExecutor
     from kdsl.search.runs import versions
     out = Path(args.out)
@@ -252,6 +257,9 @@ def main(argv=None) -> int:
     ap.add_argument("--deadline-s", type=float, help="start no new op after this many seconds")
     ap.add_argument("--store-genomes", metavar="SUITE_JSON",
                     help="write each op's confirmed best genome into specs/genomes/ and stop")
+    ap.add_argument("--rest-of", nargs="+", metavar="SUITE_JSON",
+                    help="run only the ops these earlier parts did not finish (a suite "
+                         "split across calls: then --merge the parts)")
     ap.add_argument("--merge", nargs="+", metavar="SUITE_JSON",
                     help="write one suite.json/suite.md into --out from runs split across "
                          "calls, and stop")
@@ -266,6 +274,12 @@ def main(argv=None) -> int:
         return 0
     if args.store_genomes:
         return suite_table.store_genomes(Path(args.store_genomes), ROOT / "specs" / "genomes")
+    if args.rest_of:
+        try:
+            args.rest_of_docs = [json.loads(Path(p).read_text()) for p in args.rest_of]
+            suite_table.finished(args.rest_of_docs)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--rest-of: not a suite.json ({type(e).__name__}: {e})")
     if not args.out:
         ap.error("--out is required")
     if args.budget < 1 or args.workers < 1:

@@ -131,6 +131,11 @@ def summary_lines(doc: dict) -> list[str]:
     ]
 
 
+def finished(docs: list[dict]) -> set[str]:
+    """The ops these suite documents measured (not skipped by a deadline or a stop)."""
+    return {r["op"] for d in docs for r in d["rows"] if not r.get("skipped")}
+
+
 def merge(docs: list[dict]) -> dict:
     """One document from suite runs split across calls (rows in order; the first run's host).
 
