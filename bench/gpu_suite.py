@@ -2,6 +2,8 @@
 
     python bench/gpu_suite.py --out DIR [--ops a,b] [--budget 60] [--workers 12]   # ops in the order given
     python bench/gpu_suite.py --store-genomes DIR/suite.json   # (any machine) keep the winners
+    python bench/gpu_suite.py --out B --deadline-s 380 --rest-of A/suite.json   # split runs,
+    python bench/gpu_suite.py --out C --merge A/suite.json B/suite.json         # then one table
 
 For every op in ``specs/``: ``kdsl search --backend triton --device cuda`` with the
 offline operators (mcts, one seed), many evaluations in flight in a pool of
