@@ -7,7 +7,9 @@ cases full of duplicate keys. The same (op, seed) always gives the same cases.
 """
 from __future__ import annotations
 
+import os
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -98,6 +100,8 @@ def _tensor(op: ir.Op, t: ir.Tensor, shape: Shape, rng: np.random.Generator) -> 
     # bench tensors are large (a 10M x 128 table): drawn in float32 unless they are f64,
     # which halves the draw and skips a float64 copy (57 s -> ~20 s for that table)
     f32 = {"dtype": np.float32} if shape.label == "bench" and dt != "f64" else {}
+    if shape.label == "bench" and int(np.prod(dims)) >= _Chunked.AT_LEAST:
+        rng = _Chunked(rng)
     if isinstance(dom, ir.Offsets):
         return _offsets(dims[0], evaluate(dom.total, shape.sizes), shape.label, rng)
     if isinstance(dom, ir.ValueRange):
@@ -119,6 +123,44 @@ def _tensor(op: ir.Op, t: ir.Tensor, shape: Shape, rng: np.random.Generator) -> 
     else:
         a = rng.standard_normal(dims, **f32)
     return _store(np.asarray(a), dt)
+
+
+class _Chunked:
+    """A generator's draws for one large bench tensor, in ``CHUNKS`` parts on threads (numpy
+    fills without the GIL): each part from its own child generator, so the values do not
+    depend on how many threads there are."""
+    CHUNKS = 64
+    AT_LEAST = 1 << 22  # elements; smaller tensors draw fast enough in one piece
+
+    def __init__(self, rng: np.random.Generator):
+        self.children = rng.spawn(self.CHUNKS)
+
+    def _draw(self, dims, dtype, fill) -> np.ndarray:
+        out = np.empty(dims, dtype=dtype)
+        flat = out.reshape(-1)
+        edges = np.linspace(0, flat.size, self.CHUNKS + 1).astype(np.int64)
+        with ThreadPoolExecutor(min(self.CHUNKS, os.cpu_count() or 1)) as pool:
+            list(pool.map(lambda i: fill(self.children[i], flat[edges[i]:edges[i + 1]]),
+                          range(self.CHUNKS)))
+        return out
+
+    def standard_normal(self, dims, dtype=np.float64) -> np.ndarray:
+        return self._draw(dims, dtype, lambda g, part: g.standard_normal(out=part, dtype=dtype))
+
+    def random(self, dims, dtype=np.float64) -> np.ndarray:
+        return self._draw(dims, dtype, lambda g, part: g.random(out=part, dtype=dtype))
+
+    def uniform(self, lo, hi, size) -> np.ndarray:
+        return self._draw(size, np.float64, lambda g, part: _put(part, g.uniform(lo, hi,
+                                                                               part.size)))
+
+    def integers(self, lo, hi, size, dtype=np.int64, endpoint=False) -> np.ndarray:
+        return self._draw(size, dtype, lambda g, part: _put(part, g.integers(
+            lo, hi, size=part.size, dtype=dtype, endpoint=endpoint)))
+
+
+def _put(part: np.ndarray, values: np.ndarray) -> None:
+    part[:] = values
 
 
 def _uniform(rng: np.random.Generator, lo: float, hi: float, dims, f32: dict) -> np.ndarray:

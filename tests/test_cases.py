@@ -266,3 +266,22 @@ def test_bench_case():
     assert c.inputs["offsets"][-1] == 40 and c.inputs["idx"].max() < 50
     assert cases.bench_case(op, small, seed=1).inputs["table"].tobytes() == \
         c.inputs["table"].tobytes()
+
+
+def test_large_bench_tensors_draw_the_same_on_any_number_of_threads(monkeypatch):
+    """Past AT_LEAST elements a bench tensor is drawn in chunks on threads; each chunk has
+    its own child generator, so one thread or many give the same bytes, and the values keep
+    their domain."""
+    import os
+    op = OPS["embedding_bag_sum"]
+    point = ir.BenchPoint(None, (("V", 300), ("D", 16), ("B", 6), ("L", 40)), None)
+    monkeypatch.setattr(cases._Chunked, "AT_LEAST", 1000)  # the 300 x 16 table is chunked
+    drawn = []
+    for cpus in (1, 8):
+        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        drawn.append(cases.bench_case(op, point, seed=3).inputs)
+    assert drawn[0]["table"].tobytes() == drawn[1]["table"].tobytes()
+    table = drawn[0]["table"]
+    assert table.shape == (300, 16) and table.dtype == np.float32
+    assert abs(float(table.mean())) < 0.2 and 0.8 < float(table.std()) < 1.2
+    assert len({table[i * 75, 0] for i in range(4)}) == 4  # chunks are not copies of one
