@@ -240,11 +240,10 @@ def _kd_hc_topk_pairs(k, v, log_r: tl.constexpr, log_n: tl.constexpr, log_k: tl.
             hk, hv = _kd_hc_merge(hk, hv, i, 2 if i < log_n else 0, log_r + log_n, regs)
         for i in tl.static_range(log_k + 1, log_n + 1):
             # the hypercube has log_r + log_n + log_k + 1 - i axes here; fold axis log_k
-            # (a register axis while log_k is under the register bits left)
+            # (the merge pairs only bits under log_k, which the folds leave in place)
             hk, hv = tl.reduce((hk, hv), log_r + log_n - i, _kd_pair_min)
             hk, hv = _kd_hc_merge(hk, hv, log_k, 2 if i < log_n else 0,
-                                  log_r + log_n + log_k - i,
-                                  max(log_k, regs - (i - log_k)) if log_k < regs else regs)
+                                  log_r + log_n + log_k - i, regs)
         k = tl.reshape(hk, [2**log_r, 2**log_k])
         v = tl.reshape(hv, [2**log_r, 2**log_k])
     return k, v
@@ -276,8 +275,9 @@ class SortKernel:
             idx = em.let(f"tl.broadcast_to({k.code}, [BLOCK_R, BLOCK_C])", "int",
                          frozenset("RC"), "ix")
             if self.hypercube and group.family == "sort":
-                # (top-k keeps the loaded order: its halving folds the high bits, which
-                # halve each thread's share only while they lie in registers)
+                # (top-k keeps the loaded order: its halving folds bit log_k again and
+                # again, the column's bits from log_k up, which halve each thread's share
+                # only while they lie in registers, as bits 6-9 of a 1024-key row do)
                 key, idx = (em.let(f"_kd_hc_relabel({t.code}, LOG_R, LOG_C, LANE_LO, LANE_HI)",
                                    "int", frozenset("RC"), t.code.rstrip("0123456789"))
                             for t in (key, idx))
@@ -404,11 +404,13 @@ def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], s
     lines.append("    most = 16 if torch.version.hip else 32  # 1024 threads: AMD's waves are 64 wide")
     lines.append(f"    warps = min(most, max({warps}, BLOCK_R * BLOCK_C // {KEYS_PER_THREAD * 32}))")
     # the column bits of the loaded layout that lie across lanes and warps (a guess at the
-    # compiler's choice: 16-byte vectors a thread, then 32 lanes and the warps along the
+    # compiler's choice: 16-byte vectors a thread, then the lanes and the warps along the
     # row); the relabelling is correct for any value, fast when the guess is right
     lines.append("    vec = 16 // max(1, min(16, args[0].element_size()))")
     lines.append("    LANE_LO = min(vec.bit_length() - 1, BLOCK_C.bit_length() - 1)")
-    lines.append("    LANE_HI = min(LANE_LO + 5 + warps.bit_length() - 1, BLOCK_C.bit_length() - 1)")
+    lines.append("    lanes = 6 if torch.version.hip else 5  # 64- or 32-wide warps")
+    lines.append("    LANE_HI = min(LANE_LO + lanes + warps.bit_length() - 1, "
+                 "BLOCK_C.bit_length() - 1)")
     lines.append(f"    n = {programs(plan, False)}")
     lines.append("    if n <= 0:")
     lines.append("        return")

@@ -280,7 +280,7 @@ def main(argv=None) -> int:
         try:
             args.rest_of_docs = [json.loads(Path(p).read_text()) for p in args.rest_of]
             suite_table.finished(args.rest_of_docs)
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             ap.error(f"--rest-of: not a suite.json ({type(e).__name__}: {e})")
     if not args.out:
         ap.error("--out is required")

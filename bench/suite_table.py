@@ -132,8 +132,10 @@ def summary_lines(doc: dict) -> list[str]:
 
 
 def finished(docs: list[dict]) -> set[str]:
-    """The ops these suite documents measured (not skipped by a deadline or a stop)."""
-    return {r["op"] for d in docs for r in d["rows"] if not r.get("skipped")}
+    """The ops these suite documents measured (not skipped by a deadline or a stop, nor
+    failed with an error, which a later part should try again)."""
+    return {r["op"] for d in docs for r in d["rows"] if not r.get("skipped") and
+            not r.get("error")}
 
 
 def merge(docs: list[dict]) -> dict:

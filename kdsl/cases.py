@@ -169,7 +169,7 @@ def _uniform(rng: np.random.Generator, lo: float, hi: float, dims, f32: dict) ->
     a = rng.random(dims, dtype=np.float32)
     a *= np.float32(hi - lo)
     a += np.float32(lo)
-    return a
+    return np.minimum(a, np.float32(hi), out=a)  # float32 rounding may pass hi by an ulp
 
 
 def _bound(e: ir.Expr, sizes) -> float:

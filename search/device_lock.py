@@ -45,7 +45,7 @@ def device_id(device: str) -> str | None:
 
 @contextlib.contextmanager
 def exclusive(device: str, waited: dict | None = None):
-    """Hold ``device`` alone for the block; ``waited['lock_wait_s']`` gets the wait."""
+    """Hold ``device`` alone for the block; the wait is added to ``waited['lock_wait_s']``."""
     name = device_id(device)
     if name is None:
         yield
@@ -61,8 +61,9 @@ def hold(name: str, waited: dict | None = None):
     start = time.perf_counter()
     with open(path, "a+") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        if waited is not None:
-            waited["lock_wait_s"] = round(time.perf_counter() - start, 4)
+        if waited is not None:  # summed over the holds of one job
+            waited["lock_wait_s"] = round(waited.get("lock_wait_s", 0.0) +
+                                          time.perf_counter() - start, 4)
         try:
             yield
         finally:

@@ -417,7 +417,8 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
     import torch
     device, dtype = config.device, case.dtype
     where = f"bench point {', '.join(f'{k}={v}' for k, v in case.sizes.items())}, {dtype}"
-    # where the stage's seconds go (a large bench point's stage holds the device lock)
+    # where the stage's seconds go (a large bench point's stage holds the device lock);
+    # the phases that take the lock themselves include their wait, which lock_wait_s sums
     lap = _Laps(arts.setdefault("timing_phases_s", {}))
     with lap("inputs"):
         ins = corr.fresh_inputs(op, dtype, case.inputs, device)

@@ -470,8 +470,8 @@ def test_sorting_networks_hold_at_most_32_keys_a_thread(name):
 
 def test_unrolled_columns_past_the_unroll_cap_take_the_looped_kernel():
     """cross_entropy's 32768 columns unrolled in 32 chunks spilled thousands of registers
-    and compiled for minutes: past UNROLL_MAX chunks the launcher runs the looped fallback,
-    and a static compile reaches both kernels."""
+    and compiled for minutes: past UNROLL_MAX values a thread over all chunks the launcher
+    runs the looped fallback, and a static compile reaches both kernels."""
     from kdsl.backends.triton import interpreting
     from kdsl.backends.triton_compile import example_at, launches
     if interpreting():
@@ -484,9 +484,10 @@ def test_unrolled_columns_past_the_unroll_cap_take_the_looped_kernel():
     def launched(c):
         return [(fn.__name__, kw.get("NCOL")) for fn, _, _, kw in launches(
             source, [example_at(op, {"M": 8, "C": c}, "bf16")], fallbacks=False)]
-    assert launched(8192) == [("_kd_cross_entropy", 8192)]  # 8 chunks: unrolled
+    assert launched(4096) == [("_kd_cross_entropy", 4096)]  # 4 chunks, 128 a thread
+    assert launched(8192) == [("_kd_cross_entropy_looped", None)]  # 256 a thread
     assert launched(32768) == [("_kd_cross_entropy_looped", None)]
-    names = {fn.__name__ for fn, *_ in launches(source, [example_at(op, {"M": 8, "C": 8192},
+    names = {fn.__name__ for fn, *_ in launches(source, [example_at(op, {"M": 8, "C": 4096},
                                                                      "bf16")])}
     assert names == {"_kd_cross_entropy", "_kd_cross_entropy_looped"}
 
@@ -605,6 +606,11 @@ def test_bench_identity_is_what_runs_at_the_bench_point():
     assert runs(softmax, {"evict": "reread"}) == runs(softmax, {})
     assert runs(softmax, {"reduce": "looped", "evict": "reread"}) != \
         runs(softmax, {"reduce": "looped", "evict": "none"})
+    # an unrolled column past the unroll cap runs its looped fallback: the online kernel
+    # under another name
+    ce = _load(_library()["cross_entropy"])
+    assert runs(ce, {"reduce": "unrolled", "BLOCK_C": 1024, "num_warps": 1}) == \
+        runs(ce, {"reduce": "online", "BLOCK_C": 1024, "num_warps": 1})
 
 
 def test_cpu_build_needs_the_interpreter():

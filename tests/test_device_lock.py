@@ -54,3 +54,7 @@ def test_wait_is_recorded(tmp_path, monkeypatch):
     with device_lock.hold("cuda-Z", waited):
         pass
     assert waited["lock_wait_s"] >= 0
+    waited["lock_wait_s"] = 5.0  # a job's later holds add their waits to its earlier ones
+    with device_lock.hold("cuda-Z", waited):
+        pass
+    assert waited["lock_wait_s"] >= 5.0

@@ -172,22 +172,24 @@ def test_a_best_genome_that_launches_the_default_kernels_is_not_stored(tmp_path)
 
 def test_rest_of_runs_only_what_earlier_parts_did_not_finish(tmp_path):
     """A suite split across calls: the second call names the first's suite.json and runs
-    the ops it skipped (here softmax, cut by a deadline), not those it measured."""
+    the ops it skipped (softmax, cut by a deadline) or failed (gelu_tanh), not those it
+    measured."""
     import os
     import subprocess
     root = Path(__file__).resolve().parent.parent
     part = tmp_path / "part1.json"
     part.write_text(json.dumps({"meta": {}, "rows": [
-        {"op": "rmsnorm", "search": {}}, {"op": "softmax", "skipped": "deadline"}]}))
+        {"op": "rmsnorm", "search": {}}, {"op": "softmax", "skipped": "deadline"},
+        {"op": "gelu_tanh", "error": "CUDA error: launch failure"}]}))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     base = [sys.executable, str(root / "bench" / "gpu_suite.py"), "--out", str(tmp_path / "s"),
-            "--ops", "rmsnorm,softmax", "--device", "cpu", "--backend", "c", "--budget", "2",
+            "--ops", "rmsnorm,softmax,gelu_tanh", "--device", "cpu", "--backend", "c", "--budget", "2",
             "--workers", "1"]
     done = subprocess.run(base + ["--rest-of", str(part)], env=env, cwd=root, text=True,
                           capture_output=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = json.loads((tmp_path / "s" / "suite.json").read_text())["rows"]
-    assert [r["op"] for r in rows] == ["softmax"]
+    assert [r["op"] for r in rows] == ["softmax", "gelu_tanh"]  # a failed op runs again
     bad = subprocess.run(base + ["--rest-of", str(tmp_path / "missing.json")], env=env,
                          cwd=root, text=True, capture_output=True, timeout=120)
     assert bad.returncode == 2 and "--rest-of" in bad.stderr and "Traceback" not in bad.stderr
