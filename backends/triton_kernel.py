@@ -175,8 +175,8 @@ def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],
     A one-pass kernel's column tile is next_pow2 of the column; past ``ONEPASS_MAX`` (a
     module-level knob), or past ``THREAD_CAP`` elements a thread, it launches the looped
     fallback with the genome's BLOCK_C instead. An unrolled kernel (``fallback``
-    'unrolled') launches its looped fallback past ``UNROLL_MAX`` values a thread over all
-    its chunks. Tiles are clamped
+    'unrolled') launches its looped fallback past ``UNROLL_CHUNKS`` chunks or past
+    ``UNROLL_MAX`` values a thread over all its chunks. Tiles are clamped
     to ``TILE_CAP`` elements and ``THREAD_CAP`` a thread, so no genome asks for a tile that
     cannot be compiled."""
     lines = launcher_head(op) + dispatch(op)
@@ -206,9 +206,11 @@ def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],
     lines.append(f"    BLOCK_R = max(1, min({gr}, triton.next_power_of_2(max({rows}, 1)), "
                  f"{tile} // BLOCK_C))")
     if fallback == "unrolled" and col:
-        # every chunk's loads are in flight at once: the values a thread holds across them
-        lines.append(f"    unroll = triton.cdiv({col}, BLOCK_C) * BLOCK_R * BLOCK_C <= "
-                     f"UNROLL_MAX * {32 * warps}")
+        # every chunk's loads are in flight at once: few chunks (each is code), and few
+        # values a thread across them (at least one a chunk)
+        lines.append(f"    chunks = triton.cdiv({col}, BLOCK_C)")
+        lines.append(f"    unroll = chunks <= UNROLL_CHUNKS and chunks * max(1, BLOCK_R * BLOCK_C "
+                     f"// {32 * warps}) <= UNROLL_MAX")
         lines.append(f"    fn = fn if unroll else {looped}")
     lines.append(f"    n = {programs(plan, split)}")
     lines.append("    if n <= 0:")

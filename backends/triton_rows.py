@@ -18,7 +18,8 @@ outputs. The column axis is walked in one of three ways (the ``reduce`` gene):
 - ``unrolled``: looped over a static column whose extent the launcher passes as the
   constexpr ``NCOL``, so the loop unrolls and every chunk's loads are in flight at once
   (a pooling window of 3 is otherwise three dependent round trips to memory). One
-  compile per distinct extent; past ``UNROLL_MAX`` values a thread it falls back to looped.
+  compile per distinct extent; past ``UNROLL_CHUNKS`` chunks or ``UNROLL_MAX`` values a
+  thread it falls back to looped.
 - ``phases``: a strided window (pooling) read by stride phases, one vectorized load per
   phase (``triton_window``).
 
@@ -38,11 +39,13 @@ from .triton_plan import Plan, flat_extent
 from .triton_window import render as render_window, window_of
 
 ONEPASS_MAX = 32768
-# most values a thread holds over an unrolled column's chunks, whose loads are all in
-# flight at once; past it the looped fallback runs (cross_entropy's 32768 columns unrolled
-# in 32 chunks of 1024 on one warp, 1024 values a thread: 5728 spilled registers, and one
-# H200 search evaluation spent 221 s compiling it; 8 chunks of 1024, 256 a thread, still
-# spilled in an sm_90 compile)
+# an unrolled column's chunks all have their loads in flight at once: past UNROLL_CHUNKS
+# chunks or UNROLL_MAX values a thread over them the looped fallback runs. cross_entropy's
+# 32768 columns unrolled in 32 chunks of 1024, 4 rows a program on one warp (4096 values a
+# thread): 5728 spilled registers and 221 s of compile in an H200 search evaluation; in
+# static sm_90 compiles on the development VM 8 chunks of 1024 on one warp (256 a thread)
+# still spilled, and 512 chunks of 64 on 8 warps did not compile in 400 s
+UNROLL_CHUNKS = 8
 UNROLL_MAX = 128
 IDENT = {("sum", "float"): "0.0", ("sum", "int"): "0", ("prod", "float"): "1.0",
          ("prod", "int"): "1", ("max", "float"): "float('-inf')", ("max", "int"): INT64_MIN,
@@ -501,6 +504,7 @@ def render(op: ir.Op, plan: Plan, genome: dict, name: str) -> tuple[list[str], s
     if fallback == "onepass":
         launcher = [f"ONEPASS_MAX = {ONEPASS_MAX}  # widest one-pass column", ""] + launcher
     elif fallback == "unrolled":
-        launcher = [f"UNROLL_MAX = {UNROLL_MAX}  # most values a thread, all chunks unrolled",
+        launcher = [f"UNROLL_CHUNKS = {UNROLL_CHUNKS}  # most chunks of an unrolled column",
+                    f"UNROLL_MAX = {UNROLL_MAX}  # most values a thread over its chunks",
                     ""] + launcher
     return kernels, helpers, launcher

@@ -487,6 +487,12 @@ def test_unrolled_columns_past_the_unroll_cap_take_the_looped_kernel():
     assert launched(4096) == [("_kd_cross_entropy", 4096)]  # 4 chunks, 128 a thread
     assert launched(8192) == [("_kd_cross_entropy_looped", None)]  # 256 a thread
     assert launched(32768) == [("_kd_cross_entropy_looped", None)]
+    # few values a thread, but 128 chunks of 256 on 8 warps: a minute of compile
+    wide = be.render(op, be.space(op, "cuda").complete(
+        {"reduce": "unrolled", "BLOCK_C": 256, "num_warps": 8}), "cuda")
+    (fn, _, _, kw), = launches(wide, [example_at(op, {"M": 8, "C": 32768}, "bf16")],
+                               fallbacks=False)
+    assert fn.__name__ == "_kd_cross_entropy_looped" and "NCOL" not in kw
     names = {fn.__name__ for fn, *_ in launches(source, [example_at(op, {"M": 8, "C": 4096},
                                                                      "bf16")])}
     assert names == {"_kd_cross_entropy", "_kd_cross_entropy_looped"}
