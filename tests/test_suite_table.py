@@ -63,6 +63,10 @@ def test_a_merged_document_merges_again():
     again = suite_table.merge([doc([row("c", 1, 2)], budget=12), first])
     assert [r["op"] for r in again["rows"]] == ["c", "a", "b"]
     assert again["meta"]["budget"] == "12/16/24" and len(again["meta"]["parts"]) == 3
+    # a last part with nothing left to run took 0 s: the whole still has a wall time
+    empty = doc([])
+    empty["meta"]["wall_s"] = 0.0
+    assert suite_table.merge([first, empty])["meta"]["wall_s"] == 200.0
 
 
 def test_a_later_part_remeasures_an_op_in_its_place():
