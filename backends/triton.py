@@ -232,9 +232,10 @@ def _genes(op: ir.Op, plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], di
         # the top-k: 317K lane-instructions a row against 588K, no barriers, most partners
         # in registers)
         d.update(BLOCK_R=1, num_warps=_pick(WARPS, max(1, cols // 1024)), method="hypercube")
-        # one warp of 32 i64 keys a thread uses 110 registers (triton 3.6), which leaves 16
-        # warps an SM, and ncu found the sort latency-bound at that occupancy (issue slots
-        # 41% busy); a cap trades a few spills to L1 for more warps in flight. Untimed: 0
+        # a register cap trades spills to L1 for more warps in flight an SM. Timed on the
+        # H200 on the one-warp sort (110 registers) and top-k (128): none helped (sort 0.78
+        # ms at 128, 0.89 at 96, 0.81 at 80, against 0.79 uncapped; top-k slower at every
+        # cap), so the default is no cap
         genes.append(Gene("maxnreg", (0, 128, 96, 80, 64), True,
                           "registers a thread at most (0: no cap, then tighter caps; NVIDIA "
                           "only): more warps in flight an SM, some values spilled to local "

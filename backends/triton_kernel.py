@@ -205,7 +205,8 @@ def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],
         lines.append(f"    BLOCK_C = BLOCK_C if onepass else {min(gc, tile)}")
     lines.append(f"    BLOCK_R = max(1, min({gr}, triton.next_power_of_2(max({rows}, 1)), "
                  f"{tile} // BLOCK_C))")
-    if fallback == "unrolled" and col:
+    unrolled = fallback == "unrolled" and col is not None
+    if unrolled:
         # every chunk's loads are in flight at once: few chunks (each is code), and few
         # values a thread across them (at least one a chunk)
         lines.append(f"    chunks = triton.cdiv({col}, BLOCK_C)")
@@ -215,9 +216,9 @@ def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],
     lines.append(f"    n = {programs(plan, split)}")
     lines.append("    if n <= 0:")
     lines.append("        return")
-    if fallback == "unrolled" and col:
+    if unrolled:
         lines.append(f"    more = {{'NCOL': {col}}} if unroll else {{}}")
-    more = ", **more" if fallback == "unrolled" and col else ""
+    more = ", **more" if unrolled else ""
     lines.append(f"    fn[(n,)](*args, BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, "
                  f"num_warps={warps}, num_stages={stages}{more})")
     return lines

@@ -384,10 +384,11 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
         return Timing(f"op '{op.name}' declares no {'baseline' if point else 'bench point'} "
                       f"for {device}")
     dtype = bench_dtype(op, point, config.bench_dtype)
-    drawn = time.perf_counter()
-    case = bench_case(op, point, dtype)  # drawn once a process, outside the device lock
+    phases: dict = {}  # where the stage's seconds go
+    with _lap(phases, "draw"):
+        case = bench_case(op, point, dtype)  # drawn once a process, outside the device lock
     arts: dict = {"bench": {"sizes": dict(case.sizes), "dtype": dtype},
-                  "timing_phases_s": {"draw": round(time.perf_counter() - drawn, 4)}}
+                  "timing_phases_s": phases}
     whole = traffic_bytes(op, case.sizes, dtype) >= config.exclusive_bench_bytes
     arts["device_lock"] = "stage" if whole else "timed runs"
     lock = functools.partial(device_lock.exclusive, device, arts)
@@ -397,19 +398,14 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
                            contextlib.nullcontext if whole else lock)
 
 
-class _Laps:
-    """``with laps(name):`` adds the block's wall seconds to ``into[name]``."""
-
-    def __init__(self, into: dict):
-        self.into = into
-
-    @contextlib.contextmanager
-    def __call__(self, name: str):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.into[name] = round(self.into.get(name, 0.0) + time.perf_counter() - start, 4)
+@contextlib.contextmanager
+def _lap(phases: dict, name: str):
+    """Adds the block's wall seconds to ``phases[name]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - start, 4)
 
 
 def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, arts,
@@ -419,7 +415,7 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
     where = f"bench point {', '.join(f'{k}={v}' for k, v in case.sizes.items())}, {dtype}"
     # where the stage's seconds go (a large bench point's stage holds the device lock);
     # the phases that take the lock themselves include their wait, which lock_wait_s sums
-    lap = _Laps(arts.setdefault("timing_phases_s", {}))
+    lap = functools.partial(_lap, arts.setdefault("timing_phases_s", {}))
     with lap("inputs"):
         ins = corr.fresh_inputs(op, dtype, case.inputs, device)
         outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
