@@ -11,9 +11,10 @@ worker processes (they compile and check in parallel on the host's CPUs; the
 timing stage holds the GPU alone, see ``kdsl.search.device_lock``). The search
 checks correctness on one seed's cases in the bench dtype only and rewards speed over torch eager,
 for speed (torch.compile in every worker would cost a compile each); then the best kernel and
-the default genome are evaluated again on a quiet GPU, in full (every dtype the
-op declares, more timed runs), against torch eager and against torch.compile,
-in a fresh worker process per op. The table's times come from that confirmation, not from
+the default genome are evaluated again, in full (every dtype the op declares, more
+timed runs), against torch eager and against torch.compile, in a fresh worker process
+per op, while the next op is searched (their timed runs take turns on the GPU:
+``bench/suite_confirm.py``). The table's times come from that confirmation, not from
 the search. Writes DIR/suite.json after every op (a killed run keeps what it
 finished), DIR/suite.md, and DIR/runs.tar.gz (every run directory).
 """
@@ -34,6 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import suite_table  # noqa: E402  (bench/suite_table.py)
 from script_args import device_ready, library_ops  # noqa: E402  (bench/script_args.py)
+from suite_confirm import Confirmations  # noqa: E402  (bench/suite_confirm.py)
 
 GIB = 1 << 30
 
@@ -96,36 +98,6 @@ def search_op(path, op, args, out: Path, pool, cache: str) -> dict:
     return summary
 
 
-def confirm(op, genome: dict | None, pool, args) -> dict:
-    """One kernel checked in full and timed against eager, then timed against
-    torch.compile (its correctness checked again on the bench dtype only), in one worker."""
-    from kdsl import backends
-    from kdsl.search.candidate import Candidate
-    from kdsl.search.jobs import EvalConfig, EvalJob
-    from kdsl.search.timing import bench_dtype, bench_point
-    point = bench_point(op, args.device)
-    space = backends.get(args.backend).space(op, args.device)
-    cand = Candidate.of(args.backend, space.complete(genome or space.default()))
-    out = {}
-    for mode in ("eager", "compile"):
-        light = {} if mode == "eager" else {"seeds": (13,), "cases_per_dtype": 1,
-                                            "dtypes": (bench_dtype(op, point, None),)}
-        cfg = EvalConfig(device=args.device, baseline=mode, reps=args.confirm_reps, warmup=10,
-                         timeout_s=600.0, **{"seeds": (11, 12), **light})
-        res = pool.submit(EvalJob(op, cand, cfg)).result()
-        a = res.artifacts or {}
-        out[mode] = {"ok": res.ok, "stage": res.stage, "message": res.message[:400],
-                     "time_ms": res.time_ms, "baseline_ms": res.baseline_ms,
-                     "baseline_name": res.baseline_name, "floor_ms": a.get("floor_ms"),
-                     "bandwidth_gbs": a.get("bandwidth_gbs"),
-                     "max_error": a.get("bench_max_error"),
-                     "kernels": {name: {k: m.get(k) for k in ("n_regs", "n_spills", "shared")}
-                                 for name, m in (a.get("meta") or {}).items()
-                                 if isinstance(m, dict)},
-                     "baseline_fallback": a.get("baseline_fallback")}
-    return out
-
-
 def host(device: str) -> dict:
     import torch
     if device != "cuda":
@@ -157,35 +129,43 @@ def run(args) -> int:
                     "policy": args.policy, "seed": args.seed, "workers": args.workers,
                     "command": " ".join(sys.argv)}, "rows": []}
     search_pool = PoolExecutor(workers=args.workers)
+    # a CPU has no device lock: its timed runs would share the cores with the search
+    confirmations = Confirmations(args, serial=args.serial_confirm or args.device != "cuda")
     t0 = time.monotonic()
     # `timeout` and batch schedulers stop a run with SIGTERM: leave by the finally below, so
     # the table says which op was cut off and runs.tar.gz keeps its run directory
     signal.signal(signal.SIGTERM, _terminated)
     current = None
+
+    def record(rows):
+        for row in rows:
+            doc["rows"].append(row)
+            print(suite_table.line(row), flush=True)
+        if rows:
+            suite_table.write(out, doc)
+
     try:
         for path, op in ops:
+            record(confirmations.done())
             if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
                 print(f"gpu_suite: deadline reached; {op.name} not run", flush=True)
-                doc["rows"].append({"op": op.name, "skipped": "deadline"})
+                record(confirmations.done(wait=True) + [{"op": op.name, "skipped": "deadline"}])
                 continue
-            # a confirming worker per op, so that no state of one op's torch.compile (a
-            # limit, a cache) can reach the next op's figures
-            confirm_pool = PoolExecutor(workers=1)
             current = op.name
-            try:
-                row = one_op(path, op, args, out, search_pool, confirm_pool, cache)
-            finally:
-                confirm_pool.shutdown()
+            row, best = search_row(path, op, args, out, search_pool, cache)
             current = None
-            doc["rows"].append(row)
-            suite_table.write(out, doc)
-            print(suite_table.line(row), flush=True)
+            if "error" in row:
+                record(confirmations.done(wait=True) + [row])
+            else:  # confirmed on a thread while the next op's search runs
+                confirmations.submit(op, row, best)
+        record(confirmations.done(wait=True))
     finally:
+        why = "terminated" if sys.exc_info()[0] is Terminated else "interrupted"
+        cut = confirmations.cut(why)
         if current is not None:
-            why = "terminated" if sys.exc_info()[0] is Terminated else "interrupted"
-            doc["rows"].append({"op": current, "skipped": f"{why} during its search or "
-                                                          f"confirmation (runs/{current})"})
+            cut.append({"op": current, "skipped": f"{why} during its search (runs/{current})"})
             print(f"gpu_suite: {why} during {current}", flush=True)
+        doc["rows"] += cut
         search_pool.shutdown()
         doc["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
         suite_table.write(out, doc)
@@ -213,7 +193,8 @@ def op_class(op) -> str:
     return "sort" if triton_backend._plan(op).kind == "collective" else "memory"
 
 
-def one_op(path, op, args, out, search_pool, confirm_pool, cache) -> dict:
+def search_row(path, op, args, out, search_pool, cache) -> tuple[dict, dict]:
+    """One op's row with its search's figures (or its error), and the search's best."""
     from kdsl.search.timing import bench_dtype, bench_point
     point = bench_point(op, args.device)
     row = {"op": op.name, "shape": point.size_dict(), "dtype": bench_dtype(op, point, None),
@@ -224,22 +205,14 @@ def one_op(path, op, args, out, search_pool, confirm_pool, cache) -> dict:
         import traceback
         row["error"] = f"search: {type(e).__name__}: {e}"
         row["traceback"] = traceback.format_exc()[-2000:]
-        return row
+        return row, {}
     best = s.get("best") or {}
     row["search"] = {k: s.get(k) for k in ("evaluations", "failures", "failures_by_stage",
                                            "wall_s", "evaluations_per_s", "engine_workers")}
     row["search"]["best_speedup"] = best.get("speedup")
     row["search"]["baseline"] = s.get("baseline")
     row["best_genome"] = best.get("genome")
-    t = time.monotonic()
-    row["default"] = confirm(op, None, confirm_pool, args)
-    # a best genome that runs the default's kernels at the bench point is not timed again
-    same = best and suite_table.runs_as_default(op.name, dict(best.get("genome") or {}),
-                                                args.backend, args.device)
-    row["best"] = row["default"] if same else \
-        confirm(op, best.get("genome"), confirm_pool, args) if best else None
-    row["confirm_s"] = round(time.monotonic() - t, 1)
-    return row
+    return row, best
 
 
 def main(argv=None) -> int:
@@ -256,6 +229,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", help="measurement cache (default DIR/cache.sqlite)")
     ap.add_argument("--search-reps", type=int, default=20)
     ap.add_argument("--confirm-reps", type=int, default=100)
+    ap.add_argument("--serial-confirm", action="store_true",
+                    help="confirm each op before the next search starts (a quiet host; "
+                         "by default an op is confirmed while the next one is searched)")
     ap.add_argument("--deadline-s", type=float, help="start no new op after this many seconds")
     ap.add_argument("--store-genomes", metavar="SUITE_JSON",
                     help="write each op's confirmed best genome into specs/genomes/ and stop")

@@ -194,6 +194,8 @@ def test_rest_of_runs_only_what_earlier_parts_did_not_finish(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = json.loads((tmp_path / "s" / "suite.json").read_text())["rows"]
     assert [r["op"] for r in rows] == ["softmax", "gelu_tanh"]  # a failed op runs again
+    # confirmed in full, one op at a time (a CPU has no device lock to share)
+    assert all(r["default"]["eager"]["ok"] and not r["confirmed_beside_search"] for r in rows)
     bad = subprocess.run(base + ["--rest-of", str(tmp_path / "missing.json")], env=env,
                          cwd=root, text=True, capture_output=True, timeout=120)
     assert bad.returncode == 2 and "--rest-of" in bad.stderr and "Traceback" not in bad.stderr

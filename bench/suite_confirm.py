@@ -1,0 +1,121 @@
+"""The suite's confirmations: each op's best kernel and default genome checked in full and
+timed again, against torch eager and against torch.compile, one op behind the searches.
+
+A confirmation runs in its own worker process (one per op, so that no state of one op's
+torch.compile, a limit or a cache, can reach the next op's figures) while the next op's
+search runs. Both time the GPU only under the host-wide device lock
+(``kdsl.search.device_lock``), so a confirmation's timed runs never share the GPU with a
+search's timed runs; what they share is the host's CPUs (the search compiles on them) and,
+now and then, a search worker's small correctness case on the GPU outside the lock, which
+can lengthen a sample or two of the hundred whose median is reported. ``--serial-confirm``
+confirms each op before the next search starts, for a quiet host.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+
+import suite_table  # noqa: E402  (bench/suite_table.py)
+
+
+def confirm(op, genome: dict | None, pool, args) -> dict:
+    """One kernel checked in full and timed against eager, then timed against
+    torch.compile (its correctness checked again on the bench dtype only), in one worker."""
+    from kdsl import backends
+    from kdsl.search.candidate import Candidate
+    from kdsl.search.jobs import EvalConfig, EvalJob
+    from kdsl.search.timing import bench_dtype, bench_point
+    point = bench_point(op, args.device)
+    space = backends.get(args.backend).space(op, args.device)
+    cand = Candidate.of(args.backend, space.complete(genome or space.default()))
+    out = {}
+    for mode in ("eager", "compile"):
+        light = {} if mode == "eager" else {"seeds": (13,), "cases_per_dtype": 1,
+                                            "dtypes": (bench_dtype(op, point, None),)}
+        cfg = EvalConfig(device=args.device, baseline=mode, reps=args.confirm_reps, warmup=10,
+                         timeout_s=600.0, **{"seeds": (11, 12), **light})
+        res = pool.submit(EvalJob(op, cand, cfg)).result()
+        a = res.artifacts or {}
+        out[mode] = {"ok": res.ok, "stage": res.stage, "message": res.message[:400],
+                     "time_ms": res.time_ms, "baseline_ms": res.baseline_ms,
+                     "baseline_name": res.baseline_name, "floor_ms": a.get("floor_ms"),
+                     "bandwidth_gbs": a.get("bandwidth_gbs"),
+                     "max_error": a.get("bench_max_error"),
+                     "kernels": {name: {k: m.get(k) for k in ("n_regs", "n_spills", "shared")}
+                                 for name, m in (a.get("meta") or {}).items()
+                                 if isinstance(m, dict)},
+                     "baseline_fallback": a.get("baseline_fallback")}
+    return out
+
+
+def confirm_row(op, row: dict, best: dict, pool, args) -> dict:
+    """Fills ``row`` with the default's and the best's confirmations."""
+    t = time.monotonic()
+    row["default"] = confirm(op, None, pool, args)
+    # a best genome that runs the default's kernels at the bench point is not timed again
+    same = best and suite_table.runs_as_default(op.name, dict(best.get("genome") or {}),
+                                                args.backend, args.device)
+    row["best"] = row["default"] if same else \
+        confirm(op, best.get("genome"), pool, args) if best else None
+    row["confirm_s"] = round(time.monotonic() - t, 1)
+    return row
+
+
+class Confirmations:
+    """Confirms ops one at a time, in the order given, on one thread beside the searches."""
+
+    def __init__(self, args, serial: bool = False):
+        self.args, self.serial = args, serial
+        self._queue: list[tuple[dict, Future]] = []  # rows not yet handed back, in order
+        self._work: queue.Queue = queue.Queue()
+        self._pool = None  # the worker of the confirmation in progress
+        self._stopped = False
+        threading.Thread(target=self._loop, name="confirmations", daemon=True).start()
+
+    def submit(self, op, row: dict, best: dict) -> None:
+        future: Future = Future()
+        row["confirmed_beside_search"] = not self.serial
+        self._queue.append((row, future))
+        self._work.put((op, row, best, future))
+        if self.serial:
+            future.result()
+
+    def done(self, wait: bool = False) -> list[dict]:
+        """The rows confirmed so far, in order (all of them, waiting, when ``wait``)."""
+        rows = []
+        while self._queue and (wait or self._queue[0][1].done()):
+            rows.append(self._queue.pop(0)[1].result())
+        return rows
+
+    def cut(self, why: str) -> list[dict]:
+        """Stops what is not confirmed yet; those rows say so (the suite was stopped)."""
+        self._stopped = True
+        pool = self._pool
+        if pool is not None:
+            pool.shutdown()  # the confirmation in progress ends with a worker failure
+        rows = [f.result() if f.done() else
+                {"op": row["op"], "skipped": f"{why} during its confirmation"}
+                for row, f in self._queue]
+        self._queue.clear()
+        return rows
+
+    def _loop(self) -> None:
+        from kdsl.search.executors import PoolExecutor
+        while True:
+            op, row, best, future = self._work.get()
+            if self._stopped:
+                continue
+            # a worker per op, so that nothing of one op's torch.compile reaches the next
+            self._pool = PoolExecutor(workers=1)
+            if self._stopped:  # cut while this worker started
+                self._pool.shutdown()
+            try:
+                confirm_row(op, row, best, self._pool, self.args)
+            except Exception as e:  # one op's failure is a row, not the end of the suite
+                row["error"] = f"confirmation: {type(e).__name__}: {e}"
+            finally:
+                self._pool.shutdown()
+                self._pool = None
+            future.set_result(row)
