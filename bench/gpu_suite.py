@@ -130,7 +130,8 @@ def run(args) -> int:
                     "command": " ".join(sys.argv)}, "rows": []}
     search_pool = PoolExecutor(workers=args.workers)
     # a CPU has no device lock: its timed runs would share the cores with the search
-    confirmations = Confirmations(args, serial=args.serial_confirm or args.device != "cuda")
+    confirmations = Confirmations(args, serial=args.serial_confirm or args.device != "cuda",
+                                  lanes=args.confirm_lanes)
     t0 = time.monotonic()
     # `timeout` and batch schedulers stop a run with SIGTERM: leave by the finally below, so
     # the table says which op was cut off and runs.tar.gz keeps its run directory
@@ -232,6 +233,8 @@ def main(argv=None) -> int:
     ap.add_argument("--serial-confirm", action="store_true",
                     help="confirm each op before the next search starts (a quiet host; "
                          "by default an op is confirmed while the next one is searched)")
+    ap.add_argument("--confirm-lanes", type=int, default=2,
+                    help="ops confirmed at once beside the searches (each in its own worker)")
     ap.add_argument("--deadline-s", type=float, help="start no new op after this many seconds")
     ap.add_argument("--store-genomes", metavar="SUITE_JSON",
                     help="write each op's confirmed best genome into specs/genomes/ and stop")
@@ -260,8 +263,8 @@ def main(argv=None) -> int:
             ap.error(f"--rest-of: not a suite.json ({type(e).__name__}: {e})")
     if not args.out:
         ap.error("--out is required")
-    if args.budget < 1 or args.workers < 1:
-        ap.error("--budget and --workers must be at least 1")
+    if args.budget < 1 or args.workers < 1 or args.confirm_lanes < 1:
+        ap.error("--budget, --workers and --confirm-lanes must be at least 1")
     return run(args)
 
 
