@@ -2,13 +2,14 @@
 
 Evaluations run in parallel (render, compile and the small correctness cases
 need the host's CPUs far more than the GPU), but two processes timing kernels on
-one GPU at once would each measure the other's work. The timing stage therefore
-holds an exclusive lock on the GPU while it times: an advisory ``flock`` on a
-file named after the device's UUID, so pool workers and Ray workers on one host
-share it, and workers pinned to different GPUs never wait for each other.
-For a small bench point the kernel is run once at the bench size before the lock
-is taken, so Triton's just-in-time compilation never happens while others wait;
-a large one holds the lock for the whole stage (``timing.measure`` says why).
+one GPU at once would each measure the other's work, and a bench-size kernel of one
+(a first run, the float64 oracle, a check) beside another's timed runs would lengthen
+them. The timing stage therefore holds an exclusive lock on the GPU for its bench-size
+work: an advisory ``flock`` on a file named after the device's UUID, so pool workers
+and Ray workers on one host share it, and workers pinned to different GPUs never wait
+for each other. The build compiles the bench point's kernels before (Triton's JIT
+never compiles while others wait); a small bench point takes the lock phase by phase,
+a large one for the whole stage (``timing.measure`` says why).
 """
 from __future__ import annotations
 

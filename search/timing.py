@@ -373,10 +373,11 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
 
     ``bandwidth`` is bytes/s, or a callable (device, nbytes) -> bytes/s; measured when None.
 
-    Timed runs hold the device alone (``device_lock``), so workers never share its time.
-    A bench point of at least ``config.exclusive_bench_bytes`` holds it for the whole
-    stage instead: several workers' copies of such tensors would not fit one GPU. A
-    smaller one sets up, checks and compiles outside the lock, overlapping other workers.
+    Bench-size work on the GPU holds the device alone (``device_lock``), so no worker's
+    timed runs share it with another's kernels. A bench point of at least
+    ``config.exclusive_bench_bytes`` holds it for the whole stage: several workers' copies
+    of such tensors would not fit one GPU. A smaller one takes the lock phase by phase,
+    and draws its inputs and compiles the baseline between them, overlapping others.
     """
     device = config.device
     point = bench_point(op, device)
@@ -390,7 +391,7 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
     arts: dict = {"bench": {"sizes": dict(case.sizes), "dtype": dtype},
                   "timing_phases_s": phases}
     whole = traffic_bytes(op, case.sizes, dtype) >= config.exclusive_bench_bytes
-    arts["device_lock"] = "stage" if whole else "timed runs"
+    arts["device_lock"] = "stage" if whole else "phases"
     lock = functools.partial(device_lock.exclusive, device, arts)
     with lock() if whole else contextlib.nullcontext():
         return _measure_at(op, case, kernel, config, timer or default_timer(device), bandwidth,
@@ -416,17 +417,20 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
     # where the stage's seconds go (a large bench point's stage holds the device lock);
     # the phases that take the lock themselves include their wait, which lock_wait_s sums
     lap = functools.partial(_lap, arts.setdefault("timing_phases_s", {}))
-    with lap("inputs"):
+    # every phase that runs bench-size work on the GPU holds it (the draw and the
+    # baseline's torch.compile do not): another worker's timed runs never share the GPU
+    # with it; only the small correctness cases and the compiles overlap them
+    with lap("inputs"), hold():
         ins = corr.fresh_inputs(op, dtype, case.inputs, device)
         outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
-    with lap("first_run"):
+    with lap("first_run"), hold():  # compiled by the build already (its warm pass)
         kernel(ins, outs, dict(case.sizes))
         corr.sync(device)
-    with lap("oracle"):
+    with lap("oracle"), hold():
         ref, note = oracle(op, case, device)
     if note:
         arts["bench_check"] = note
-    with lap("check"):
+    with lap("check"), hold():
         message, error = bench_judge(op, case, ins, outs, ref, 0, device)
     arts["bench_max_error"] = error
     if message:
@@ -461,7 +465,7 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
         if suspect and bandwidth is None:  # rule out a slow copy by bad luck: measure again
             bw = copy_bandwidth(device, nbytes, fresh=True, hold=hold)
             suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
-    with lap("check_again"):
+    with lap("check_again"), hold():
         corr.sync(device)
         message, _ = bench_judge(op, case, ins, outs, ref, 1, device)
     if message:
