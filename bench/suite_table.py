@@ -156,7 +156,7 @@ def merge(docs: list[dict]) -> dict:
     meta["budget"] = "/".join(str(b) for b in sorted(budgets))
     # a part stopped by its time limit recorded no wall time, and then neither has the whole
     walls = [d["meta"].get("wall_s") for d in docs]
-    meta["wall_s"] = sum(walls) if all(w is not None for w in walls) else None  # 0: no ops
+    meta["wall_s"] = round(sum(walls), 1) if all(w is not None for w in walls) else None  # 0: no ops
     meta["parts"] = [p for d in docs for p in d["meta"].get("parts") or [d["meta"]]]
     rows: dict[str, dict] = {}
     remeasured = list(meta.get("remeasured") or [])

@@ -292,3 +292,18 @@ def test_the_device_lock_covers_bench_work_phase_by_phase_or_the_whole_stage(mon
     # the bench-size check runs on a held GPU too: no other worker times beside it
     assert all(kernel_calls) and len(kernel_calls) > 1
     assert judged == [True, True]  # the check, and the check after the timed runs
+
+
+def test_the_bench_traffic_is_counted_once_a_process(monkeypatch):
+    """Counting the distinct rows a million indices gather took most of a second an
+    evaluation, inside the device lock: a process's bench case is counted once."""
+    op = softmax_op()
+    case = timing.bench_case(op, timing.bench_point(op, "cpu"), "f32")
+    counted = []
+    monkeypatch.setattr(timing, "_BENCH_TRAFFIC", {})
+    real = timing.traffic_bytes
+    monkeypatch.setattr(timing, "traffic_bytes", lambda *a: counted.append(1) or real(*a))
+    first = timing.bench_traffic_bytes(op, case)
+    assert timing.bench_traffic_bytes(op, case) == first == real(op, case.sizes, "f32",
+                                                                  case.inputs)
+    assert len(counted) == 1
