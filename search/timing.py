@@ -356,14 +356,17 @@ def close_on_device(op: ir.Op, dtype: str, outs: dict, ref: dict) -> tuple[bool 
     return True, worst
 
 
-def bench_judge(op, case, ins, outs, ref, variant, device) -> tuple[str | None, float]:
+def bench_judge(op, case, ins, outs, ref, variant, device,
+                pristine=None) -> tuple[str | None, float]:
     """Every element written, inputs intact, close to the oracle; the fast path on the device."""
     ok, error = (None, 0.0) if ref is None else close_on_device(op, case.dtype, outs, ref)
     if ok:
-        message, _ = corr.judge(op, case.dtype, case.inputs, ins, outs, None, variant, device)
+        message, _ = corr.judge(op, case.dtype, case.inputs, ins, outs, None, variant, device,
+                                pristine)
         return message, error
     ref_np = None if ref is None else corr.to_numpy(ref)
-    return corr.judge(op, case.dtype, case.inputs, ins, outs, ref_np, variant, device)
+    return corr.judge(op, case.dtype, case.inputs, ins, outs, ref_np, variant, device,
+                      pristine)
 
 
 # ---- the stage -------------------------------------------------------------
@@ -409,7 +412,7 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
     with lock() if whole else contextlib.nullcontext():
         return _measure_at(op, case, kernel, config, timer or default_timer(device), bandwidth,
                            BASELINES if baselines is None else baselines, compile_fn, arts,
-                           contextlib.nullcontext if whole else lock)
+                           contextlib.nullcontext if whole else lock, keep_inputs=whole)
 
 
 @contextlib.contextmanager
@@ -423,7 +426,10 @@ def _lap(phases: dict, name: str):
 
 
 def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, arts,
-                hold) -> Timing:
+                hold, keep_inputs: bool = False) -> Timing:
+    """``keep_inputs``: copy the inputs on the device before any run, for the checks that
+    they stayed intact (a large point holds the GPU alone, so the copy fits; uploading a
+    5 GB table again for each of two checks took 0.6-0.8 s apiece, in the lock)."""
     import torch
     device, dtype = config.device, case.dtype
     where = f"bench point {', '.join(f'{k}={v}' for k, v in case.sizes.items())}, {dtype}"
@@ -435,6 +441,7 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
     # with it; only the small correctness cases and the compiles overlap them
     with lap("inputs"), hold():
         ins = corr.fresh_inputs(op, dtype, case.inputs, device)
+        pristine = {k: v.clone() for k, v in ins.items()} if keep_inputs else None
         outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
     with lap("first_run"), hold():  # compiled by the build already (its warm pass)
         kernel(ins, outs, dict(case.sizes))
@@ -444,7 +451,7 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
     if note:
         arts["bench_check"] = note
     with lap("check"), hold():
-        message, error = bench_judge(op, case, ins, outs, ref, 0, device)
+        message, error = bench_judge(op, case, ins, outs, ref, 0, device, pristine)
     arts["bench_max_error"] = error
     if message:
         return Timing(f"wrong at the {where}: {message}", artifacts=arts)
@@ -480,7 +487,7 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
             suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
     with lap("check_again"), hold():
         corr.sync(device)
-        message, _ = bench_judge(op, case, ins, outs, ref, 1, device)
+        message, _ = bench_judge(op, case, ins, outs, ref, 1, device, pristine)
     if message:
         return Timing(f"wrong after repeated runs at the {where}: {message}", artifacts=arts)
     floor_ms = nbytes / bw * 1e3

@@ -307,3 +307,26 @@ def test_the_bench_traffic_is_counted_once_a_process(monkeypatch):
     assert timing.bench_traffic_bytes(op, case) == first == real(op, case.sizes, "f32",
                                                                   case.inputs)
     assert len(counted) == 1
+
+
+@pytest.mark.parametrize("threshold", [1 << 40, 0])
+def test_a_kernel_that_writes_its_input_fails_with_or_without_a_kept_copy(monkeypatch,
+                                                                           threshold):
+    """A large point (threshold 0: the whole stage locked) compares the inputs with a copy
+    taken on the device before any run instead of uploading them again: the same verdict."""
+    uploads = []
+    monkeypatch.setattr(timing, "_ORACLES", {})
+    fresh = timing.corr.fresh_inputs
+    monkeypatch.setattr(timing.corr, "fresh_inputs",
+                        lambda *a: uploads.append(1) or fresh(*a))
+
+    def scribbler(inputs, outputs, sizes):
+        softmax_kernel(inputs, outputs, sizes)
+        inputs["x"][0, 0] += 1.0
+
+    config = dataclasses.replace(CONFIG, exclusive_bench_bytes=threshold)
+    t = timing.measure(softmax_op(), scribbler, config, timer=FakeTimer([1.0] * 5, [2.0] * 5),
+                       bandwidth=1e9, baselines={})
+    assert t.message and "input 'x' was modified by the kernel" in t.message
+    # the bench inputs and the oracle's; without a kept copy one more for the check
+    assert len(uploads) == (2 if threshold == 0 else 3)
