@@ -261,6 +261,13 @@ def main(argv=None) -> int:
             suite_table.finished(args.rest_of_docs)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             ap.error(f"--rest-of: not a suite.json ({type(e).__name__}: {e})")
+        # the parts make one table only if they searched alike
+        for path, d in zip(args.rest_of, args.rest_of_docs):
+            meta = d.get("meta") or {}
+            for key in ("backend", "policy", "seed", "budget"):
+                if key in meta and str(meta[key]) != str(getattr(args, key)):
+                    ap.error(f"--rest-of: {path} ran with {key} {meta[key]}, this run with "
+                             f"{getattr(args, key)}")
     if not args.out:
         ap.error("--out is required")
     if args.budget < 1 or args.workers < 1 or args.confirm_lanes < 1:

@@ -114,9 +114,12 @@ def summary_lines(doc: dict) -> list[str]:
     evals = sum((r.get("search") or {}).get("evaluations") or 0 for r in rows)
     fell_back = [op for op, f in figs.items() if f["compile_fell_back"]]
     again = doc["meta"].get("remeasured") or []
+    retried = doc["meta"].get("retried") or []
     return [
         *([f"- measured again in a later part (that part's row replaces the earlier one): "
            f"{', '.join(again)}"] if again else []),
+        *([f"- failed in an earlier part, then run again: {', '.join(retried)}"]
+          if retried else []),
         *([f"- torch.compile captured no graph in the confirming worker (no compile figure, "
            f"left out of the compile mean): {', '.join(fell_back)}"] if fell_back else []),
         f"- correct best kernel: {len(correct)} of {len(rows)} ops",
@@ -160,15 +163,20 @@ def merge(docs: list[dict]) -> dict:
     meta["parts"] = [p for d in docs for p in d["meta"].get("parts") or [d["meta"]]]
     rows: dict[str, dict] = {}
     remeasured = list(meta.get("remeasured") or [])
+    retried = list(meta.get("retried") or [])  # failed in an earlier part, then run again
     for d in docs:
         for r in d["rows"]:
             if r.get("skipped"):
                 continue
-            if r["op"] in rows and r["op"] not in remeasured:
-                remeasured.append(r["op"])
+            earlier = rows.get(r["op"])
+            if earlier is not None:
+                again = retried if earlier.get("error") else remeasured
+                if r["op"] not in again:
+                    again.append(r["op"])
             rows[r["op"]] = r
-    if remeasured:
-        meta["remeasured"] = remeasured
+    for key, ops in (("remeasured", remeasured), ("retried", retried)):
+        if ops:
+            meta[key] = ops
     return {"meta": meta, "rows": list(rows.values())}
 
 

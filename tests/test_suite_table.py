@@ -80,6 +80,14 @@ def test_a_later_part_remeasures_an_op_in_its_place():
                for line in suite_table.summary_lines(merged))
 
 
+def test_an_op_that_failed_and_ran_again_is_retried_not_remeasured():
+    failed = {"op": "a", "error": "search: CUDA error: launch failure"}
+    merged = suite_table.merge([doc([failed, row("b", 1, 2)]), doc([row("a", 1, 2)])])
+    assert [r["op"] for r in merged["rows"]] == ["a", "b"] and "error" not in merged["rows"][0]
+    assert merged["meta"]["retried"] == ["a"] and "remeasured" not in merged["meta"]
+    assert "- failed in an earlier part, then run again: a" in suite_table.summary_lines(merged)
+
+
 def test_store_genomes_keeps_winners_and_skips_where_the_default_was_faster(tmp_path):
     genomes = tmp_path / "genomes"
     genomes.mkdir()
@@ -199,3 +207,8 @@ def test_rest_of_runs_only_what_earlier_parts_did_not_finish(tmp_path):
     bad = subprocess.run(base + ["--rest-of", str(tmp_path / "missing.json")], env=env,
                          cwd=root, text=True, capture_output=True, timeout=120)
     assert bad.returncode == 2 and "--rest-of" in bad.stderr and "Traceback" not in bad.stderr
+    # a part searched otherwise does not make one table with this run
+    part.write_text(json.dumps({"meta": {"budget": 16, "seed": 0}, "rows": []}))
+    other = subprocess.run(base + ["--rest-of", str(part)], env=env, cwd=root, text=True,
+                           capture_output=True, timeout=120)
+    assert other.returncode == 2 and "ran with budget 16, this run with 2" in other.stderr
