@@ -212,3 +212,13 @@ def test_rest_of_runs_only_what_earlier_parts_did_not_finish(tmp_path):
     other = subprocess.run(base + ["--rest-of", str(part)], env=env, cwd=root, text=True,
                            capture_output=True, timeout=120)
     assert other.returncode == 2 and "ran with budget 16, this run with 2" in other.stderr
+
+
+def test_a_kernel_timed_apart_from_itself_is_flagged():
+    steady, noisy = row("a", 1.0, 2.0), row("b", 1.0, 2.0)
+    noisy["default"]["eager"]["time_ms"] = 2.2  # its compile-run timing says 2.0
+    lines = suite_table.summary_lines(doc([steady, noisy]))
+    assert suite_table.repeat_spread(steady) == 0.0
+    assert abs(suite_table.repeat_spread(noisy) - 0.1) < 1e-9
+    assert any(line.startswith("- one kernel's two confirmation timings disagree by more "
+                               "than 2%") and line.endswith(": b 10.0%") for line in lines)
