@@ -1,0 +1,147 @@
+"""What the order of a gather's indices costs: one kernel timed on the bench indices and on
+the same indices sorted.
+
+    python bench/gather_locality.py --op embedding_bag_sum [--genome JSON] --out DIR
+
+An op that reads a table by index (``table[idx[i], ...]``) moves, at its floor, only the
+distinct rows the indices touch, as if they streamed at the copy rate. Random rows do not
+stream: each is a separate short burst from HBM. Sorting the indices keeps the same
+multiset (the same distinct rows, so the same floor and the same sums, up to rounding)
+while making neighbouring reads neighbouring rows. The gap between the two timings is
+what the indices' randomness costs this kernel, and the sorted timing is how near the
+kernel comes to the floor when locality is given back. Both orders are checked against
+a float64 run of the baseline, and torch's baseline is timed on both too.
+
+Writes DIR/gather-locality-OP.json and prints a table; an op without a gathered table,
+unknown ops or bad JSON exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from script_args import device_ready, library_ops  # bench/script_args.py
+
+
+def _usage(msg: str) -> int:
+    print(f"gather_locality: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def sorted_case(case, index: str):
+    """The case with ``index`` sorted: the same multiset of rows, read in table order."""
+    import dataclasses
+
+    import numpy as np
+    inputs = dict(case.inputs)
+    inputs[index] = np.sort(np.asarray(inputs[index]), kind="stable")
+    return dataclasses.replace(case, inputs=inputs)
+
+
+def time_order(op, case, fn, device: str, reps: int) -> dict:
+    """The kernel and the eager baseline on ``case``, checked against float64, timed."""
+    import torch
+
+    from kdsl import baseline
+    from kdsl.search import correctness as corr
+    from kdsl.search import device_lock, timing
+    ins = corr.fresh_inputs(op, case.dtype, case.inputs, device)
+    outs = corr.alloc_outputs(op, case.sizes, case.dtype, device, 0)
+    wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
+    with torch.no_grad():
+        ref = baseline.outputs_of(op, baseline.baseline_callable(op, case.sizes, wide)())
+    del wide
+    timer = timing.default_timer(device)
+    sizes = dict(case.sizes)
+    with device_lock.exclusive(device), torch.no_grad():
+        fn(ins, outs, sizes)
+        corr.sync(device)
+        ok, error = timing.close_on_device(op, case.dtype, outs, ref)
+        kernel = timer(lambda: fn(ins, outs, sizes), warmup=5, reps=reps)
+        run, name, _ = timing.baseline_runner(op, case.sizes, ins, "eager")
+        base = timer(run, warmup=5, reps=reps)
+    return {"correct": ok, "max_error": error, "kernel_ms": statistics.median(kernel),
+            "baseline_ms": statistics.median(base), "baseline": name}
+
+
+def measure(op, genome: dict | None, backend_name: str, device: str, reps: int) -> dict:
+    from kdsl import backends
+    from kdsl.search import timing
+    index = sorted(set(timing.gathered_by(op).values()))
+    point = timing.bench_point(op, device)
+    dtype = timing.bench_dtype(op, point, None)
+    case = timing.bench_case(op, point, dtype)
+    backend = backends.get(backend_name)
+    space = backend.space(op, device)
+    full = space.complete(genome or space.default())
+    fn = backend.build(op, backend.render(op, full, device), device).fn
+    nbytes = timing.traffic_bytes(op, case.sizes, dtype, case.inputs)
+    bw = timing.copy_bandwidth(device, nbytes)
+    floor_ms = nbytes / bw * 1e3
+    rows = []
+    for label, c in (("bench order", case), ("sorted", sorted_case(case, index[0]))):
+        r = time_order(op, c, fn, device, reps)
+        r.update(order=label, floor_ms=floor_ms, of_floor=r["kernel_ms"] / floor_ms)
+        rows.append(r)
+    return {"genome": full, "index": index[0], "sizes": dict(case.sizes), "dtype": dtype,
+            "bytes": nbytes, "bandwidth_gbs": bw / 1e9, "rows": rows}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--op", required=True)
+    ap.add_argument("--backend", default="triton")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    ap.add_argument("--genome", help="a JSON object of genes (default: the default genome)")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    ops = library_ops("gather_locality", [args.op])
+    if ops is None:
+        return 2
+    (_, op), = ops
+    from kdsl.search import timing
+    if not timing.gathered_by(op):
+        return _usage(f"op '{op.name}' reads no table by index")
+    try:
+        genome = json.loads(args.genome) if args.genome else None
+    except json.JSONDecodeError as e:
+        return _usage(f"--genome is not JSON: {e}")
+    if genome is not None and not isinstance(genome, dict):
+        return _usage("--genome is not a JSON object of genes")
+    if args.reps < 1:
+        return _usage("--reps must be at least 1")
+    if not device_ready("gather_locality", args.device):
+        return 2
+    from kdsl.search.runs import versions
+    doc = {"meta": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "op": op.name, "backend": args.backend, "device": _device_name(args.device),
+                    "reps": args.reps, "versions": versions(), "command": " ".join(sys.argv)},
+           **measure(op, genome, args.backend, args.device, args.reps)}
+    print(f"{op.name} {doc['sizes']} {doc['dtype']}, gathered by '{doc['index']}': "
+          f"{doc['bytes'] / 1e6:.1f} MB at {doc['bandwidth_gbs']:.0f} GB/s")
+    print(f"{'order':12s} {'kernel ms':>10s} {'x floor':>8s} {'eager ms':>10s} correct")
+    for r in doc["rows"]:
+        print(f"{r['order']:12s} {r['kernel_ms']:10.4g} {r['of_floor']:8.3f} "
+              f"{r['baseline_ms']:10.4g} {r['correct']}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"gather-locality-{op.name}.json").write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+        return torch.cuda.get_device_name(0)
+    import platform
+    return f"cpu ({platform.machine()})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
