@@ -355,11 +355,11 @@ def test_poison_is_not_what_arithmetic_produces():
         correctness.poison(t, dt, 0)
         assert torch.isnan(t).all()
         t[1] = float("nan")  # a computed NaN is written, not poison
-        assert correctness._poisoned(t, dt, 0).tolist() == [True, False, True, True]
+        assert correctness._poisoned(t, dt, 0).cpu().tolist() == [True, False, True, True]
     b = torch.empty(3, dtype=torch.bool)
     correctness.poison(b, "bool", 1)
     b[0] = True
-    assert correctness._poisoned(b, "bool", 1).tolist() == [False, True, True]
+    assert correctness._poisoned(b, "bool", 1).cpu().tolist() == [False, True, True]
 
 
 def test_the_plan_adds_edge_sizes_and_respects_the_element_limit():
