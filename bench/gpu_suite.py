@@ -136,37 +136,44 @@ def run(args) -> int:
     # `timeout` and batch schedulers stop a run with SIGTERM: leave by the finally below, so
     # the table says which op was cut off and runs.tar.gz keeps its run directory
     signal.signal(signal.SIGTERM, _terminated)
-    current = None
+    current = None  # the op being searched
+    searched = None  # its row, between its search's end and its hand-over to a lane
+    rows = doc["rows"]
 
-    def record(rows):
-        for row in rows:
-            doc["rows"].append(row)
+    def record(new):  # rows already in the document: a stop while printing loses none
+        for row in new:
             print(suite_table.line(row), flush=True)
-        if rows:
+        if new:
             suite_table.write(out, doc)
 
     try:
         for path, op in ops:
-            record(confirmations.done())
+            record(confirmations.move_done(rows))
             if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
                 print(f"gpu_suite: deadline reached; {op.name} not run", flush=True)
-                record(confirmations.done(wait=True) + [{"op": op.name, "skipped": "deadline"}])
+                record(confirmations.move_done(rows, wait=True))
+                rows.append({"op": op.name, "skipped": "deadline"})
+                record(rows[-1:])
                 continue
             current = op.name
-            row, best = search_row(path, op, args, out, search_pool, cache)
+            searched, best = search_row(path, op, args, out, search_pool, cache)
             current = None
-            if "error" in row:
-                record(confirmations.done(wait=True) + [row])
+            if "error" in searched:
+                record(confirmations.move_done(rows, wait=True))
+                rows.append(searched)
+                record(rows[-1:])
             else:  # confirmed on a thread while the next op's search runs
-                confirmations.submit(op, row, best)
-        record(confirmations.done(wait=True))
+                confirmations.submit(op, searched, best)
+            searched = None
+        record(confirmations.move_done(rows, wait=True))
     finally:
         why = "terminated" if sys.exc_info()[0] is Terminated else "interrupted"
-        cut = confirmations.cut(why)
+        rows += confirmations.cut(why, rows)
+        if searched is not None and searched["op"] not in {r["op"] for r in rows}:
+            rows.append({**searched, "skipped": f"{why} before its confirmation"})
         if current is not None:
-            cut.append({"op": current, "skipped": f"{why} during its search (runs/{current})"})
+            rows.append({"op": current, "skipped": f"{why} during its search (runs/{current})"})
             print(f"gpu_suite: {why} during {current}", flush=True)
-        doc["rows"] += cut
         search_pool.shutdown()
         doc["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
         suite_table.write(out, doc)
@@ -268,6 +275,9 @@ def main(argv=None) -> int:
                 if key in meta and str(meta[key]) != str(getattr(args, key)):
                     ap.error(f"--rest-of: {path} ran with {key} {meta[key]}, this run with "
                              f"{getattr(args, key)}")
+            gpu = str((meta.get("host") or {}).get("gpu", ""))
+            if gpu and gpu.startswith("cpu") != (args.device == "cpu"):
+                ap.error(f"--rest-of: {path} ran on {gpu}, this run on {args.device}")
     if not args.out:
         ap.error("--out is required")
     if args.budget < 1 or args.workers < 1 or args.confirm_lanes < 1:

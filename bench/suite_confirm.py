@@ -63,6 +63,9 @@ def confirm_row(op, row: dict, best: dict, pool, args) -> dict:
     return row
 
 
+CONFIRMATION_FIELDS = ("default", "best", "confirm_s", "confirmed_beside_search")
+
+
 class Confirmations:
     """Confirms ops on ``lanes`` threads beside the searches; rows come back in the order given.
 
@@ -75,7 +78,7 @@ class Confirmations:
         self._queue: list[tuple[dict, Future]] = []  # rows not yet handed back, in order
         self._work: queue.Queue = queue.Queue()
         self._pools: set = set()  # the workers of the confirmations in progress
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # orders a lane's finishing against a cut
         self._stopped = False
         for i in range(1 if serial else lanes):
             threading.Thread(target=self._loop, name=f"confirm-{i}", daemon=True).start()
@@ -88,26 +91,32 @@ class Confirmations:
         if self.serial:
             future.result()
 
-    def done(self, wait: bool = False) -> list[dict]:
-        """The rows confirmed so far, in order (all of them, waiting, when ``wait``)."""
-        n = 0  # none leaves the queue until all are in hand: a stop while waiting loses none
-        while n < len(self._queue) and (wait or self._queue[n][1].done()):
-            self._queue[n][1].result()
-            n += 1
-        rows = [future.result() for _, future in self._queue[:n]]
-        del self._queue[:n]
-        return rows
+    def move_done(self, into: list, wait: bool = False) -> list[dict]:
+        """Appends the rows confirmed so far to ``into``, in order (all of them, waiting,
+        when ``wait``), and returns them. A row is appended before it leaves the queue, so
+        a stop at any moment finds it in one or both (``cut`` skips what ``into`` has)."""
+        moved = []
+        while self._queue and (wait or self._queue[0][1].done()):
+            row = self._queue[0][1].result()
+            into.append(row)
+            self._queue.pop(0)
+            moved.append(row)
+        return moved
 
-    def cut(self, why: str) -> list[dict]:
-        """Stops what is not confirmed yet; those rows say so (the suite was stopped)."""
-        with self._lock:
+    def cut(self, why: str, recorded: list) -> list[dict]:
+        """Stops what is not confirmed yet. Returns the rows not in ``recorded``: those
+        confirmed, and the others with their search's figures, marked as cut."""
+        with self._lock:  # which confirmations finished, decided before any is stopped
             self._stopped = True
             pools = list(self._pools)
+            finished = [f.done() for _, f in self._queue]
         for pool in pools:
-            pool.shutdown()  # the confirmation in progress ends with a worker failure
-        rows = [f.result() if f.done() else
-                {"op": row["op"], "skipped": f"{why} during its confirmation"}
-                for row, f in self._queue]
+            pool.shutdown()  # the confirmation in progress ends (its row is dropped below)
+        have = {r["op"] for r in recorded}
+        rows = [f.result() if done else
+                {**{k: v for k, v in row.items() if k not in CONFIRMATION_FIELDS},
+                 "skipped": f"{why} during its confirmation"}
+                for (row, f), done in zip(self._queue, finished) if row["op"] not in have]
         self._queue.clear()
         return rows
 
@@ -115,18 +124,21 @@ class Confirmations:
         from kdsl.search.executors import PoolExecutor
         while True:
             op, row, best, future = self._work.get()
-            with self._lock:
-                if self._stopped:
-                    continue
-                # a worker per op, so that nothing of one op's torch.compile reaches the next
-                pool = PoolExecutor(workers=1)
-                self._pools.add(pool)
+            pool = None
             try:
+                with self._lock:
+                    if self._stopped:
+                        continue
+                    # a worker per op, so that nothing of one op's torch.compile reaches
+                    # the next
+                    pool = PoolExecutor(workers=1)
+                    self._pools.add(pool)
                 confirm_row(op, row, best, pool, self.args)
-            except Exception as e:  # one op's failure is a row, not the end of the suite
+            except BaseException as e:  # one op's failure is a row, not the end of the suite
                 row["error"] = f"confirmation: {type(e).__name__}: {e}"
             finally:
-                pool.shutdown()
+                if pool is not None:
+                    pool.shutdown()
                 with self._lock:
                     self._pools.discard(pool)
-            future.set_result(row)
+                    future.set_result(row)  # under the lock: a cut sees it finished or not

@@ -438,7 +438,9 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
     lap = functools.partial(_lap, arts.setdefault("timing_phases_s", {}))
     # every phase that runs bench-size work on the GPU holds it (the draw and the
     # baseline's torch.compile do not): another worker's timed runs never share the GPU
-    # with it; only the small correctness cases and the compiles overlap them
+    # with it; only the small correctness cases and the compiles overlap them. The price:
+    # a kernel that hangs only at the bench size holds the lock until its job's time
+    # limit, and the others' waits count against theirs
     with lap("inputs"), hold():
         ins = corr.fresh_inputs(op, dtype, case.inputs, device)
         pristine = {k: v.clone() for k, v in ins.items()} if keep_inputs else None

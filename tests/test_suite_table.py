@@ -212,6 +212,10 @@ def test_rest_of_runs_only_what_earlier_parts_did_not_finish(tmp_path):
     other = subprocess.run(base + ["--rest-of", str(part)], env=env, cwd=root, text=True,
                            capture_output=True, timeout=120)
     assert other.returncode == 2 and "ran with budget 16, this run with 2" in other.stderr
+    part.write_text(json.dumps({"meta": {"host": {"gpu": "NVIDIA H200"}}, "rows": []}))
+    other = subprocess.run(base + ["--rest-of", str(part)], env=env, cwd=root, text=True,
+                           capture_output=True, timeout=120)
+    assert other.returncode == 2 and "ran on NVIDIA H200, this run on cpu" in other.stderr
 
 
 def test_a_kernel_timed_apart_from_itself_is_flagged():
