@@ -337,3 +337,24 @@ def test_a_kernel_that_writes_its_input_fails_with_or_without_a_kept_copy(monkey
     assert t.message and "input 'x' was modified by the kernel" in t.message
     # the bench inputs and the oracle's; without a kept copy one more for the check
     assert len(uploads) == (2 if threshold == 0 else 3)
+
+
+def test_a_16_bit_output_is_judged_in_float32_and_its_oracle_kept_so():
+    """A GB bf16 output compared through float64 copies took seconds in the device lock;
+    float32 holds its tolerances (1e-3 and wider) with room to spare."""
+    op = softmax_op()
+    rtol, atol = op.tolerance.for_dtype("bf16")
+    ref = torch.tensor([[1.0, 2.0, float("inf"), 0.5]], dtype=torch.float64)
+    near = ref.clone()
+    near[0, 0] += 0.9 * (atol + rtol * 1.0)
+    ok, worst = timing.close_on_device(op, "bf16", {"y": near.to(torch.bfloat16)}, {"y": ref})
+    assert ok is True and 0 < worst < atol + rtol and np.isfinite(worst)  # inf == inf ignored
+    far = ref.clone()
+    far[0, 1] += 2 * (atol + rtol * 2.0)
+    assert timing.close_on_device(op, "bf16", {"y": far.to(torch.bfloat16)}, {"y": ref})[0] \
+        is False
+    case = timing.bench_case(op, timing.bench_point(op, "cpu"), "bf16")
+    kept, note = timing.oracle(op, case, "cpu")
+    assert note == "" and kept["y"].dtype == torch.float32
+    case32 = timing.bench_case(op, timing.bench_point(op, "cpu"), "f32")
+    assert timing.oracle(op, case32, "cpu")[0]["y"].dtype == torch.float64
