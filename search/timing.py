@@ -303,24 +303,28 @@ def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
 _ORACLES: dict[tuple, tuple] = {}
 
 
-def oracle(op: ir.Op, case: cases.Case, device: str) -> tuple[dict | None, str]:
+def oracle(op: ir.Op, case: cases.Case, device: str,
+           hold=contextlib.nullcontext) -> tuple[dict | None, str]:
     """The baseline on float64 inputs, as device tensors (None and why when it fails).
 
-    Kept between jobs on the host, not the GPU: many workers share one card, and
-    each holding a float64 copy of the bench outputs would crowd it out."""
+    Computed once a process, on the device under ``hold()`` (the device lock, where the
+    caller does not hold it already). Kept between jobs on the host, not the GPU: many
+    workers share one card, and each holding a copy of the bench outputs would crowd it
+    out; each job uploads it again."""
     import torch
     key = (op.hash, device, tuple(case.sizes.items()), case.dtype)
     if key not in _ORACLES:
         _ORACLES.clear()
         try:
             ins = corr.fresh_inputs(op, case.dtype, case.inputs, device)
-            wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
-            with torch.no_grad():
+            with hold(), torch.no_grad():
+                wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
                 got = baseline.outputs_of(op, baseline.baseline_callable(op, case.sizes, wide)())
-            corr.sync(device)
+                got = {k: v.to(_judged_in(v.dtype, outs_dtype(op, k, case.dtype)))
+                       for k, v in got.items()}
+                corr.sync(device)
             del ins, wide
-            _ORACLES[key] = ({k: v.to(_judged_in(v.dtype, outs_dtype(op, k, case.dtype))).cpu()
-                              for k, v in got.items()}, "")
+            _ORACLES[key] = ({k: v.cpu() for k, v in got.items()}, "")
         except Exception as e:
             if corr.out_of_memory(e):
                 raise
@@ -454,20 +458,24 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
     # where the stage's seconds go (a large bench point's stage holds the device lock);
     # the phases that take the lock themselves include their wait, which lock_wait_s sums
     lap = functools.partial(_lap, arts.setdefault("timing_phases_s", {}))
-    # every phase that runs bench-size work on the GPU holds it (the draw and the
-    # baseline's torch.compile do not): another worker's timed runs never share the GPU
-    # with it; only the small correctness cases and the compiles overlap them. The price:
-    # a kernel that hangs only at the bench size holds the lock until its job's time
-    # limit, and the others' waits count against theirs
-    with lap("inputs"), hold():
+    # every phase that runs bench-size kernels holds the GPU: another worker's timed runs
+    # never share it with them. Uploads (host to device over PCIe, a sliver of the HBM
+    # traffic a timed run makes), the draw and the baseline's torch.compile do not, and
+    # neither do the small correctness cases. The price: a kernel that hangs only at the
+    # bench size holds the lock until its job's time limit, and the others' waits count
+    # against theirs
+    with lap("inputs"):
         ins = corr.fresh_inputs(op, dtype, case.inputs, device)
-        pristine = {k: v.clone() for k, v in ins.items()} if keep_inputs else None
-        outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
+        # the inputs as uploaded, for the checks that the kernel left them intact: a second
+        # upload, or, where the whole stage holds the GPU (a 5 GB table), a device copy
+        pristine = {k: v.clone() for k, v in ins.items()} if keep_inputs else \
+            corr.fresh_inputs(op, dtype, case.inputs, device)
     with lap("first_run"), hold():  # compiled by the build already (its warm pass)
+        outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
         kernel(ins, outs, dict(case.sizes))
         corr.sync(device)
-    with lap("oracle"), hold():
-        ref, note = oracle(op, case, device)
+    with lap("oracle"):
+        ref, note = oracle(op, case, device, hold)
     if note:
         arts["bench_check"] = note
     with lap("check"), hold():
