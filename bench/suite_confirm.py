@@ -3,12 +3,15 @@ timed again, against torch eager and against torch.compile, one op behind the se
 
 A confirmation runs in its own worker process (one per op, so that no state of one op's
 torch.compile, a limit or a cache, can reach the next op's figures) while the next op's
-search runs, two confirmations at a time. All of them run bench-size work on the GPU only
-under the host-wide device lock (``kdsl.search.device_lock``), so a confirmation's timed
-runs never share the GPU with another worker's bench-size kernels; what they share is the
-host's CPUs (the search compiles on them) and, now and then, a search worker's small
-correctness case, which can lengthen a sample or two of the hundred whose median is
-reported. ``--serial-confirm`` confirms each op alone before the next search starts.
+search runs, two confirmations at a time. All of them run bench-size kernels only under
+the host-wide device lock (``kdsl.search.device_lock``), so a confirmation's timed runs
+never share the GPU with another worker's bench-size kernels; what they share is the
+host's CPUs (the search compiles on them), uploads over PCIe and, now and then, a search
+worker's small correctness case or the one bench-size run with which torch.compile ends
+its compile, any of which can lengthen a sample or two of the hundred whose median is
+reported. The suite's summary flags a kernel whose two timings (against eager, against
+torch.compile) disagree. ``--serial-confirm`` confirms each op alone before the next
+search starts.
 """
 from __future__ import annotations
 
