@@ -216,7 +216,8 @@ def search_row(path, op, args, out, search_pool, cache) -> tuple[dict, dict]:
         return row, {}
     best = s.get("best") or {}
     row["search"] = {k: s.get(k) for k in ("evaluations", "failures", "failures_by_stage",
-                                           "wall_s", "evaluations_per_s", "engine_workers")}
+                                           "wall_s", "evaluations_per_s", "engine_workers",
+                                           "seconds")}
     row["search"]["best_speedup"] = best.get("speedup")
     row["search"]["baseline"] = s.get("baseline")
     row["best_genome"] = best.get("genome")

@@ -133,6 +133,13 @@ def summary_lines(doc: dict) -> list[str]:
     again = doc["meta"].get("remeasured") or []
     retried = doc["meta"].get("retried") or []
     spreads = {r["op"]: repeat_spread(r) for r in rows}
+    secs = [(r.get("search") or {}).get("seconds") for r in rows]
+    secs = [x for x in secs if x]
+    waited = sum(x.get("lock_wait") or 0.0 for x in secs)
+    stages: dict = {}
+    for x in secs:
+        for k, v in (x.get("stages") or {}).items():
+            stages[k] = stages.get(k, 0.0) + v
     noisy = [f"{op} {100 * v:.1f}%" for op, v in spreads.items()
              if v is not None and v > REPEAT_TOLERANCE]
     return [
@@ -143,6 +150,9 @@ def summary_lines(doc: dict) -> list[str]:
            f"{', '.join(again)}"] if again else []),
         *([f"- failed in an earlier part, then run again: {', '.join(retried)}"]
           if retried else []),
+        *([f"- the searches' evaluations, seconds summed over them (they overlap): "
+           + ", ".join(f"{k} {v:.0f}" for k, v in stages.items())
+           + f"; waiting for the device lock {waited:.0f}"] if secs else []),
         *([f"- torch.compile captured no graph in the confirming worker (no compile figure, "
            f"left out of the compile mean): {', '.join(fell_back)}"] if fell_back else []),
         f"- correct best kernel: {len(correct)} of {len(rows)} ops",

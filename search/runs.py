@@ -101,6 +101,10 @@ class SummaryWriter:
         self.failures: Counter = Counter()
         self.baselines: list[float] = []
         self.baseline_name = None
+        # where the evaluations' seconds went, summed over them (they overlap on workers):
+        # their stages, the timing stage's phases, and the waits for the device lock
+        self.seconds: dict[str, Counter] = {"stages": Counter(), "timing_phases": Counter(),
+                                            "lock_wait": Counter()}
         self.count = 0
         self.last_write = 0.0
         for r in store.nodes:
@@ -115,6 +119,11 @@ class SummaryWriter:
         if res.get("baseline_ms"):
             self.baselines.append(res["baseline_ms"])
             self.baseline_name = self.baseline_name or res.get("baseline_name")
+        arts = res.get("artifacts") or {}
+        for key, field in (("stages", "stage_s"), ("timing_phases", "timing_phases_s")):
+            self.seconds[key].update({k: v for k, v in (arts.get(field) or {}).items()
+                                      if isinstance(v, (int, float))})
+        self.seconds["lock_wait"]["total"] += float(arts.get("lock_wait_s") or 0.0)
         s = float(res.get("speedup") or 0.0)
         if s > 0 and (self.best is None or s > float(self.best["result"]["speedup"])):
             self.best = record
@@ -153,6 +162,9 @@ class SummaryWriter:
                 "node_source_path": best.get("source_path"),
                 "backend": (best.get("candidate") or {}).get("backend"),
                 "genome": (best.get("candidate") or {}).get("genome")},
+            "seconds": {"stages": _rounded(self.seconds["stages"]),
+                        "timing_phases": _rounded(self.seconds["timing_phases"]),
+                        "lock_wait": round(self.seconds["lock_wait"]["total"], 3)},
             "elapsed_s": round(elapsed, 3),
             "evaluations_per_s": round(self.count / elapsed, 4) if elapsed > 0 else None,
             "versions": versions(),
@@ -163,6 +175,10 @@ class SummaryWriter:
             summary["stopped"] = stopped
         self.store.write_summary(summary)
         return summary
+
+
+def _rounded(counts: Counter) -> dict:
+    return {k: round(v, 3) for k, v in counts.items()}
 
 
 def _engine(settings: SearchSettings, op: ir.Op, store: RunStore, cache_path,

@@ -49,6 +49,11 @@ def test_a_real_search_is_at_least_as_fast_as_the_default(run_dir):
     assert summary["failures"] == 0, summary["failures_by_stage"]
     assert summary["baseline"]["name"] == "eager"
     assert (path / "kernels" / "best.c").read_text().startswith(("/*", "#", "//"))
+    # where its seconds went, summed over the evaluations (a CPU has no device lock)
+    stages = summary["seconds"]["stages"]
+    assert stages["build"] > 0 and stages["correctness"] > 0 and stages["timing"] > 0
+    assert summary["seconds"]["timing_phases"]["timed_runs"] > 0
+    assert summary["seconds"]["lock_wait"] == 0
 
 
 @pytest.mark.parametrize("fmt", ["module", "kernelbench"])

@@ -226,3 +226,12 @@ def test_a_kernel_timed_apart_from_itself_is_flagged():
     assert abs(suite_table.repeat_spread(noisy) - 0.1) < 1e-9
     assert any(line.startswith("- one kernel's two confirmation timings disagree by more "
                                "than 2%") and line.endswith(": b 10.0%") for line in lines)
+
+
+def test_the_summary_says_where_the_searches_seconds_went():
+    a, b = row("a", 1.0, 2.0), row("b", 1.0, 2.0)
+    a["search"]["seconds"] = {"stages": {"build": 10.0, "timing": 4.0}, "lock_wait": 2.5}
+    b["search"]["seconds"] = {"stages": {"build": 5.0, "timing": 1.0}, "lock_wait": 1.0}
+    lines = suite_table.summary_lines(doc([a, b]))
+    assert "- the searches' evaluations, seconds summed over them (they overlap): build 15, " \
+           "timing 5; waiting for the device lock 4" in lines
