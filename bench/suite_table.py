@@ -121,6 +121,19 @@ def repeat_spread(row: dict) -> float | None:
     return worst
 
 
+def search_seconds(rows: list[dict]) -> tuple[dict, float] | None:
+    """The searches' stage seconds and device-lock waits, summed over every evaluation of
+    ``rows`` (None where no search recorded them)."""
+    recorded = [s for s in ((r.get("search") or {}).get("seconds") for r in rows) if s]
+    if not recorded:
+        return None
+    stages: dict = {}
+    for s in recorded:
+        for k, v in (s.get("stages") or {}).items():
+            stages[k] = stages.get(k, 0.0) + v
+    return stages, sum(s.get("lock_wait") or 0.0 for s in recorded)
+
+
 def summary_lines(doc: dict) -> list[str]:
     rows = [r for r in doc["rows"] if not r.get("skipped") and not r.get("error")]
     figs = {r["op"]: figures(r) for r in rows}
@@ -133,13 +146,7 @@ def summary_lines(doc: dict) -> list[str]:
     again = doc["meta"].get("remeasured") or []
     retried = doc["meta"].get("retried") or []
     spreads = {r["op"]: repeat_spread(r) for r in rows}
-    secs = [(r.get("search") or {}).get("seconds") for r in rows]
-    secs = [x for x in secs if x]
-    waited = sum(x.get("lock_wait") or 0.0 for x in secs)
-    stages: dict = {}
-    for x in secs:
-        for k, v in (x.get("stages") or {}).items():
-            stages[k] = stages.get(k, 0.0) + v
+    seconds = search_seconds(rows)
     noisy = [f"{op} {100 * v:.1f}%" for op, v in spreads.items()
              if v is not None and v > REPEAT_TOLERANCE]
     return [
@@ -151,8 +158,8 @@ def summary_lines(doc: dict) -> list[str]:
         *([f"- failed in an earlier part, then run again: {', '.join(retried)}"]
           if retried else []),
         *([f"- the searches' evaluations, seconds summed over them (they overlap): "
-           + ", ".join(f"{k} {v:.0f}" for k, v in stages.items())
-           + f"; waiting for the device lock {waited:.0f}"] if secs else []),
+           + ", ".join(f"{k} {v:.0f}" for k, v in seconds[0].items())
+           + f"; waiting for the device lock {seconds[1]:.0f}"] if seconds else []),
         *([f"- torch.compile captured no graph in the confirming worker (no compile figure, "
            f"left out of the compile mean): {', '.join(fell_back)}"] if fell_back else []),
         f"- correct best kernel: {len(correct)} of {len(rows)} ops",
