@@ -149,7 +149,9 @@ def run(args) -> int:
     try:
         for path, op in ops:
             record(confirmations.move_done(rows))
-            if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
+            # the confirmations still queued run after the last search: count them too
+            if args.deadline_s and \
+                    time.monotonic() - t0 + confirmations.backlog_s() > args.deadline_s:
                 print(f"gpu_suite: deadline reached; {op.name} not run", flush=True)
                 record(confirmations.move_done(rows, wait=True))
                 rows.append({"op": op.name, "skipped": "deadline"})
@@ -243,7 +245,9 @@ def main(argv=None) -> int:
                          "by default an op is confirmed while the next one is searched)")
     ap.add_argument("--confirm-lanes", type=int, default=2,
                     help="ops confirmed at once beside the searches (each in its own worker)")
-    ap.add_argument("--deadline-s", type=float, help="start no new op after this many seconds")
+    ap.add_argument("--deadline-s", type=float,
+                    help="start no new op after this many seconds (counting the expected "
+                         "time of the confirmations still queued)")
     ap.add_argument("--store-genomes", metavar="SUITE_JSON",
                     help="write each op's confirmed best genome into specs/genomes/ and stop")
     ap.add_argument("--rest-of", nargs="+", metavar="SUITE_JSON",

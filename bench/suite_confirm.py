@@ -78,12 +78,14 @@ class Confirmations:
 
     def __init__(self, args, serial: bool = False, lanes: int = 2):
         self.args, self.serial = args, serial
+        self.lanes = 1 if serial else lanes
+        self._confirm_s: list[float] = []  # how long the rows handed back took to confirm
         self._queue: list[tuple[dict, Future]] = []  # rows not yet handed back, in order
         self._work: queue.Queue = queue.Queue()
         self._pools: set = set()  # the workers of the confirmations in progress
         self._lock = threading.Lock()  # orders a lane's finishing against a cut
         self._stopped = False
-        for i in range(1 if serial else lanes):
+        for i in range(self.lanes):
             threading.Thread(target=self._loop, name=f"confirm-{i}", daemon=True).start()
 
     def submit(self, op, row: dict, best: dict) -> None:
@@ -94,6 +96,15 @@ class Confirmations:
         if self.serial:
             future.result()
 
+    def backlog_s(self) -> float:
+        """The seconds the confirmations not yet finished should take, by those finished so
+        far (40 s each before any has: the fifth round's took 18-56 s)."""
+        times = [r["confirm_s"] for r, f in self._queue if f.done() and r.get("confirm_s")]
+        times += self._confirm_s
+        each = sum(times) / len(times) if times else 40.0
+        pending = sum(1 for _, f in self._queue if not f.done())
+        return pending * each / self.lanes
+
     def move_done(self, into: list, wait: bool = False) -> list[dict]:
         """Appends the rows confirmed so far to ``into``, in order (all of them, waiting,
         when ``wait``), and returns them. A row is appended before it leaves the queue, so
@@ -101,6 +112,8 @@ class Confirmations:
         moved = []
         while self._queue and (wait or self._queue[0][1].done()):
             row = self._queue[0][1].result()
+            if row.get("confirm_s"):
+                self._confirm_s.append(row["confirm_s"])
             into.append(row)
             self._queue.pop(0)
             moved.append(row)

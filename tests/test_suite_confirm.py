@@ -144,3 +144,17 @@ def test_a_worker_that_cannot_start_is_a_row_not_a_hang(monkeypatch):
     submit_all(conf, "a")
     (row,) = conf.move_done([], wait=True)
     assert row["error"].startswith("confirmation: OSError")
+
+
+def test_the_backlog_is_the_queued_confirmations_at_the_pace_of_those_done(monkeypatch):
+    log: list = []
+    conf = slow_confirmations(monkeypatch, {"a": 0.0, "b": 3.0, "c": 0.0}, log, lanes=2)
+    assert conf.backlog_s() == 0.0
+    submit_all(conf, "abc")
+    assert conf.backlog_s() == 3 * 40.0 / 2  # nothing confirmed yet: 40 s each
+    started(log, "b")
+    while ("end", "a") not in log or ("end", "c") not in log:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    conf._queue[0][0]["confirm_s"] = 10.0  # a, as confirm_row would have timed it
+    assert conf.backlog_s() == 1 * 10.0 / 2  # b still running
