@@ -236,8 +236,9 @@ def _genes(op: ir.Op, plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], di
         # H200 on the one-warp sort (110 registers) and top-k (128): none helped (sort 0.78
         # ms at 128, 0.89 at 96, 0.81 at 80, against 0.79 uncapped; top-k slower at every
         # cap), so the default is no cap. Caps of 80 and 64 are no longer offered: in an
-        # H200 top-k search they spilled 220-660 registers, compiled for 17-20 s twice
-        # over (the bench kernel, then the test shapes) and ran 10-13 ms against 0.57
+        # H200 top-k search all six evaluations so capped spilled (142-660 registers); the
+        # worst compiled for 17-20 s twice over (the bench kernel, then the test shapes)
+        # and ran 10.6-13.2 ms against 0.57
         genes.append(Gene("maxnreg", (0, 128, 96), True,
                           "registers a thread at most (0: no cap, then tighter caps; NVIDIA "
                           "only): more warps in flight an SM, some values spilled to local "
