@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from datetime import datetime, timezone
@@ -24,14 +23,7 @@ from kdsl.search.candidate import Candidate
 from kdsl.search.executors import PoolExecutor
 from kdsl.search.jobs import EvalConfig, EvalJob
 from kdsl.search.runs import versions
-from script_args import device_ready, library_ops  # bench/script_args.py
-
-
-def gpu_name(device: str) -> str:
-    if device != "cuda":
-        return platform.processor() or platform.machine()
-    import torch
-    return torch.cuda.get_device_name(0)
+from script_args import device_name, device_ready, library_ops  # bench/script_args.py
 
 
 def row_of(op, point_sizes, eager, compiled) -> dict:
@@ -123,7 +115,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    host = {"device": gpu_name(args.device), "backend": backend, "versions": versions()}
+    host = {"device": device_name(args.device), "backend": backend, "versions": versions()}
     rows, table = [], ""
     for _, op in ops:
         # a worker process per op, so that no state of one op's torch.compile (a limit, a

@@ -24,7 +24,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from script_args import device_ready, library_ops  # bench/script_args.py
+from script_args import device_name, device_ready, library_op  # bench/script_args.py
 
 
 def _usage(msg: str) -> int:
@@ -100,10 +100,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    ops = library_ops("gather_locality", [args.op])
-    if ops is None:
+    op = library_op("gather_locality", args.op)
+    if op is None:
         return 2
-    (_, op), = ops
     from kdsl.search import timing
     if not timing.gathered_by(op):
         return _usage(f"op '{op.name}' reads no table by index")
@@ -119,7 +118,7 @@ def main(argv=None) -> int:
         return 2
     from kdsl.search.runs import versions
     doc = {"meta": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "op": op.name, "backend": args.backend, "device": _device_name(args.device),
+                    "op": op.name, "backend": args.backend, "device": device_name(args.device),
                     "reps": args.reps, "versions": versions(), "command": " ".join(sys.argv)},
            **measure(op, genome, args.backend, args.device, args.reps)}
     print(f"{op.name} {doc['sizes']} {doc['dtype']}, gathered by '{doc['index']}': "
@@ -133,14 +132,6 @@ def main(argv=None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"gather-locality-{op.name}.json").write_text(json.dumps(doc, indent=1))
     return 0
-
-
-def _device_name(device: str) -> str:
-    if device == "cuda":
-        import torch
-        return torch.cuda.get_device_name(0)
-    import platform
-    return f"cpu ({platform.machine()})"
 
 
 if __name__ == "__main__":

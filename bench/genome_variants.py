@@ -27,7 +27,7 @@ from kdsl.search.candidate import Candidate
 from kdsl.search.executors import PoolExecutor
 from kdsl.search.jobs import EvalConfig, EvalJob
 from kdsl.search.runs import versions
-from script_args import device_ready, library_ops  # bench/script_args.py
+from script_args import device_ready, library_op  # bench/script_args.py
 
 
 def _usage(msg: str) -> int:
@@ -109,10 +109,9 @@ def main(argv=None) -> int:
                     help="only run each variant and the baseline this many times (no checks)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    ops = library_ops("genome_variants", [args.op])
-    if ops is None:
+    op = library_op("genome_variants", args.op)
+    if op is None:
         return 2
-    (_, op), = ops
     try:
         todo = candidates(args)
     except ValueError as e:

@@ -31,3 +31,18 @@ def library_ops(prog: str, names: list[str] | None, in_given_order: bool = False
     if names and in_given_order:
         ops.sort(key=lambda p: names.index(p[1].name))
     return ops
+
+
+def library_op(prog: str, name: str):
+    """The named library op; None (after saying no spec defines it) on an unknown name."""
+    ops = library_ops(prog, [name])
+    return None if ops is None else ops[0][1]
+
+
+def device_name(device: str) -> str:
+    """The GPU's name, or the CPU's, for a results file."""
+    if device != "cuda":
+        import platform
+        return platform.processor() or platform.machine()
+    import torch
+    return torch.cuda.get_device_name(0)
