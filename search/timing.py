@@ -3,7 +3,8 @@
 A timer is any callable ``timer(fn, warmup=, reps=, setup=) -> [ms, ...]``
 (``setup`` runs before every call, outside the timed region), so tests pass a
 fake one. On CUDA each run is bracketed by CUDA events after a 256 MB write
-that flushes L2; on CPU ``time.perf_counter`` brackets it. The result is the
+that flushes L2, queued ahead of the GPU (``cuda_timer``); on CPU
+``time.perf_counter`` brackets it. The result is the
 median. The baseline is timed first (once per process), then one probe run of the
 candidate: a kernel already ``slow_cutoff`` times the baseline, whose warmup and reps
 would hold the device for over ``CUT_OVER_MS``, is ranked by that one run
@@ -35,6 +36,7 @@ from kdsl.sizes import shape_of
 
 from . import correctness as corr
 from . import device_lock
+from .cuda_timer import CudaTimer
 
 Timer = Callable[..., list[float]]
 FLUSH_BYTES = 256 << 20
@@ -63,40 +65,12 @@ class CpuTimer:
         return samples
 
 
-class CudaTimer:
-    def __init__(self, flush_bytes: int = FLUSH_BYTES):
-        self.flush_bytes = flush_bytes
-        self._flush = None
-
-    def __call__(self, fn, warmup: int, reps: int, setup=None) -> list[float]:
-        import torch
-        if self._flush is None and self.flush_bytes:
-            self._flush = torch.empty(self.flush_bytes, dtype=torch.int8, device="cuda")
-        for _ in range(warmup):
-            if setup:
-                setup()
-            fn()
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for start, end in zip(starts, ends):
-            if setup:
-                setup()
-            if self._flush is not None:
-                self._flush.zero_()
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-
 _TIMERS: dict[str, Timer] = {}
 
 
 def default_timer(device: str) -> Timer:
     if device not in _TIMERS:
-        _TIMERS[device] = CudaTimer() if device == "cuda" else CpuTimer()
+        _TIMERS[device] = CudaTimer(FLUSH_BYTES) if device == "cuda" else CpuTimer()
     return _TIMERS[device]
 
 

@@ -1,0 +1,110 @@
+"""Timing CUDA work by events, with every timed run queued before the GPU reaches it.
+
+A pair of CUDA events brackets each run on the GPU's own clock. That is only the
+kernel's time if the host had launched the kernel by the time the GPU passed the start
+event; otherwise the GPU idles inside the bracket, waiting for the host. Between runs
+the timer writes 256 MB to flush L2 (about 65 us on an H200), which covered a quiet
+host's launch; a host busy with other work did not make it: in the 2026-12-03 suite
+(eight workers compiling candidates on 16 CPUs beside the confirmations) the same
+0.13-0.15 ms kernels read 7-11% apart between two timings (cross_entropy 0.1360 against
+0.1514 ms, cumsum_rows' default 0.1489 against 0.1360).
+
+So the runs go in batches, each queued behind a GPU busy-wait (``torch.cuda._sleep``)
+sized to outlast the host's queuing of the batch. An event recorded after the wait says
+whether it held: if the GPU had already passed it when the host finished queuing, some
+run may have waited on the host, and the batch is timed again behind a wait twice as
+long. The waits cost GPU time (a few ms a measurement) but not the samples.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+BATCH = 10            # runs queued behind one wait
+FIRST_WAIT_MS = 1.0   # the least wait; more when the warmup showed a slower host
+MAX_WAIT_MS = 200.0   # a batch behind a wait this long is kept as timed
+
+
+def queued_batches(run_batch: Callable[[int, float], tuple[list[float], bool]], reps: int,
+                   first_wait_ms: float, batch: int = BATCH,
+                   max_wait_ms: float = MAX_WAIT_MS) -> tuple[list[float], int]:
+    """``reps`` samples from ``run_batch(n, wait_ms) -> (samples, held)``, in batches of
+    ``batch``: a batch whose wait did not hold is run again behind a doubled wait (a
+    wait stays doubled for the batches after it). Returns the samples and how many
+    batches were run again; one at ``max_wait_ms`` is kept whether it held or not."""
+    samples: list[float] = []
+    retried = 0
+    wait = max(first_wait_ms, 0.0)
+    while len(samples) < reps:
+        n = min(batch, reps - len(samples))
+        got, held = run_batch(n, wait)
+        if not held and wait < max_wait_ms:
+            retried += 1
+            wait = min(max(wait, 0.05) * 2, max_wait_ms)
+            continue
+        samples += got
+    return samples, retried
+
+
+class CudaTimer:
+    """``timer(fn, warmup=, reps=, setup=) -> [ms, ...]`` on the current CUDA device;
+    ``setup`` (and the L2 flush) run before each call, outside its bracket."""
+
+    def __init__(self, flush_bytes: int, batch: int = BATCH):
+        self.flush_bytes = flush_bytes
+        self.batch = batch
+        self._flush = None
+        self._cycles_per_ms = None
+        self.retried = 0  # batches timed again, over this timer's life
+
+    def __call__(self, fn, warmup: int, reps: int, setup=None) -> list[float]:
+        import torch
+        if self._flush is None and self.flush_bytes:
+            self._flush = torch.empty(self.flush_bytes, dtype=torch.int8, device="cuda")
+        torch.cuda.synchronize()
+        host = time.perf_counter()
+        for _ in range(warmup):
+            if setup:
+                setup()
+            fn()
+        per_run_ms = (time.perf_counter() - host) * 1e3 / max(warmup, 1)
+        torch.cuda.synchronize()
+        if reps <= 0:
+            return []
+        # the host's queuing of a batch, as fast as the warmup's, with room to spare
+        first = max(FIRST_WAIT_MS, 2 * per_run_ms * min(self.batch, reps))
+        samples, retried = queued_batches(
+            lambda n, wait: self._batch(torch, fn, setup, n, wait), reps, first, self.batch)
+        self.retried += retried
+        return samples
+
+    def _batch(self, torch, fn, setup, n: int, wait_ms: float) -> tuple[list[float], bool]:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        waited = torch.cuda.Event()
+        torch.cuda._sleep(int(wait_ms * self.cycles_per_ms(torch)))
+        waited.record()
+        for start, end in zip(starts, ends):
+            if setup:
+                setup()
+            if self._flush is not None:
+                self._flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        held = not waited.query()  # the GPU still in the wait: every run was queued
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)], held
+
+    def cycles_per_ms(self, torch) -> float:
+        """The busy-wait's clock cycles a millisecond, measured once (the SM clock)."""
+        if self._cycles_per_ms is None:
+            cycles = 2_000_000
+            torch.cuda._sleep(cycles)  # the first call can be slow; measure the second
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            torch.cuda.synchronize()
+            self._cycles_per_ms = cycles / max(start.elapsed_time(end), 1e-3)
+        return self._cycles_per_ms
