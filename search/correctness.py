@@ -11,6 +11,7 @@ memory for the kernel to find.
 """
 from __future__ import annotations
 
+import functools
 import traceback
 from dataclasses import dataclass, field
 
@@ -20,6 +21,8 @@ from kdsl import baseline, cases, dtypes, ir
 from kdsl.compare import compare
 from kdsl.reference import reference
 from kdsl.sizes import edge_values, ranges, shape_of, valid
+
+from . import device_lock
 
 # Bit patterns of the poison, two variants per dtype (quiet NaNs with payloads).
 FLOAT_POISON = {"f64": (0x7FF80000A5A5A5A5, 0x7FF800005A5A5A5A), "f32": (0x7FC0A5A5, 0x7FC05A5A),
@@ -257,7 +260,7 @@ def check(op: ir.Op, kernel, config) -> Outcome:
     runs = [(p, 0) for p in planned] + [(p, 1) for p in reversed(planned)]
     for p, variant in runs:
         case = cases.draw(op, p.shape, p.seed + TWIN_SEED * variant)
-        message, error = run_case(op, kernel, case, config.device, variant)
+        message, error = run_case(op, kernel, case, config.device, variant, arts)
         if message is not None:
             which = "first run" if variant == 0 else "second run, new values"
             arts["failed_case"] = {"sizes": dict(case.sizes), "dtype": case.dtype,
@@ -269,17 +272,22 @@ def check(op: ir.Op, kernel, config) -> Outcome:
     return Outcome(None, arts)
 
 
-def run_case(op: ir.Op, kernel, case: cases.Case, device: str, variant: int
-             ) -> tuple[str | None, float]:
-    ins = fresh_inputs(op, case.dtype, case.inputs, device)
-    outs = alloc_outputs(op, case.sizes, case.dtype, device, variant)
-    try:
-        kernel(ins, outs, dict(case.sizes))
-        sync(device)
-    except Exception as e:
-        if out_of_memory(e):
-            raise
-        tb = traceback.format_exception(type(e), e, e.__traceback__)
-        return f"kernel raised {type(e).__name__}: {e}\n{''.join(tb[-3:]).rstrip()}", 0.0
+def run_case(op: ir.Op, kernel, case: cases.Case, device: str, variant: int,
+             waited: dict | None = None) -> tuple[str | None, float]:
+    """One run of ``kernel`` on ``case``, judged. Its work on a GPU shares the device
+    (``device_lock.shared``): never beside another process's timed runs."""
+    on_device = functools.partial(device_lock.shared, device, waited)
+    with on_device():
+        ins = fresh_inputs(op, case.dtype, case.inputs, device)
+        outs = alloc_outputs(op, case.sizes, case.dtype, device, variant)
+        try:
+            kernel(ins, outs, dict(case.sizes))
+            sync(device)
+        except Exception as e:
+            if out_of_memory(e):
+                raise
+            tb = traceback.format_exception(type(e), e, e.__traceback__)
+            return f"kernel raised {type(e).__name__}: {e}\n{''.join(tb[-3:]).rstrip()}", 0.0
     ref = reference(op, case.sizes, case.inputs)
-    return judge(op, case.dtype, case.inputs, ins, outs, ref, variant, device)
+    with on_device():
+        return judge(op, case.dtype, case.inputs, ins, outs, ref, variant, device)

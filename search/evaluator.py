@@ -123,7 +123,10 @@ def time_it(run: _Run) -> None:
         run.artifacts["timing_skipped"] = reason
         return
     run.timing = t = timing.measure(run.job.op, run.built.fn, run.job.config, timer=run.timer)
+    waited = run.artifacts.get("lock_wait_s", 0.0) + t.artifacts.get("lock_wait_s", 0.0)
     run.artifacts.update(t.artifacts)
+    if waited:  # the correctness stage's waits and the timing stage's, together
+        run.artifacts["lock_wait_s"] = round(waited, 4)
     if t.message:
         raise StageFailed(t.message)
 

@@ -256,13 +256,16 @@ def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
     """The baseline's median, once per (op, device, point, dtype, mode) in this process.
 
     torch.compile runs before ``hold()`` is entered (the device lock, when the caller
-    does not hold it already); the inputs are freed once timed, so they do not stay on
-    a shared GPU between jobs."""
+    does not hold it already) and takes no lock: it compiles for seconds, which would
+    keep every timed run waiting, then runs the baseline once at the bench size (one
+    batch of another's timed runs can be lengthened; the median outvotes it). The
+    inputs are freed once timed, so they do not stay on a shared GPU between jobs."""
     import torch
     key = (op.hash, device, tuple(case.sizes.items()), case.dtype, mode, config.warmup,
            config.reps)
     if key not in cache:
-        tensors = corr.fresh_inputs(op, case.dtype, case.inputs, device)
+        with device_lock.shared(device):
+            tensors = corr.fresh_inputs(op, case.dtype, case.inputs, device)
         with torch.no_grad():
             run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
             with hold():
@@ -291,8 +294,10 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
     if key not in _ORACLES:
         _ORACLES.clear()
         try:
-            ins = uploaded if uploaded is not None else \
-                corr.fresh_inputs(op, case.dtype, case.inputs, device)
+            if uploaded is None:
+                with device_lock.shared(device):
+                    uploaded = corr.fresh_inputs(op, case.dtype, case.inputs, device)
+            ins = uploaded
             with hold(), torch.no_grad():
                 wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
                 got = baseline.outputs_of(op, baseline.baseline_callable(op, case.sizes, wide)())
@@ -437,14 +442,14 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
     # where the stage's seconds go (a large bench point's stage holds the device lock);
     # the phases that take the lock themselves include their wait, which lock_wait_s sums
     lap = functools.partial(_lap, arts.setdefault("timing_phases_s", {}))
-    # every phase that runs bench-size kernels holds the GPU: another worker's timed runs
-    # never share it with them. Uploads (host to device over PCIe, a sliver of the HBM
-    # traffic a timed run makes), the draw and the small correctness cases do not, nor
-    # does torch.compile's first call (it compiles for seconds, then runs the baseline
-    # once at the bench size: that one run can lengthen a sample of another's timed runs).
+    # every phase that runs bench-size kernels holds the GPU alone: another worker's
+    # timed runs never share it with them; uploads share it with other sharers (the small
+    # correctness cases), never with timed runs. torch.compile's first call takes no
+    # lock (it compiles for seconds, then runs the baseline once at the bench size: that
+    # one run can lengthen one batch of another's timed runs, which the median outvotes).
     # The price: a kernel that hangs only at the bench size holds the lock until its job's
     # time limit, and the others' waits count against theirs
-    with lap("inputs"):
+    with lap("inputs"), device_lock.shared(device, arts):
         ins = corr.fresh_inputs(op, dtype, case.inputs, device)
         # the inputs as uploaded, for the checks that the kernel left them intact: a second
         # upload, or, where the whole stage holds the GPU (a 5 GB table), a device copy

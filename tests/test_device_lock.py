@@ -1,8 +1,11 @@
-"""The device lock serializes timed regions across processes, per device name."""
+"""The device lock: timed regions alone across processes, per device name; other GPU
+work shared, never beside them."""
 from __future__ import annotations
 
 import multiprocessing as mp
 import time
+
+import pytest
 
 from kdsl.search import device_lock
 
@@ -58,3 +61,59 @@ def test_wait_is_recorded(tmp_path, monkeypatch):
     with device_lock.hold("cuda-Z", waited):
         pass
     assert waited["lock_wait_s"] >= 5.0
+
+
+def _take(name: str, lock_dir: str, mode: str, delay: float, seconds: float, q) -> None:
+    import os
+    os.environ[device_lock.LOCK_DIR_ENV] = lock_dir
+    time.sleep(delay)
+    with device_lock.hold(name, shared=(mode == "shared")):
+        start = time.monotonic()
+        time.sleep(seconds)
+        q.put((mode, delay, start, time.monotonic()))
+
+
+def _runs(plan, tmp_path):
+    """``plan``: (mode, start delay, hold seconds) for one process each."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_take, args=("cuda-S", str(tmp_path), m, d, s, q))
+             for m, d, s in plan]
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    return {(mode, delay): (start, end) for mode, delay, start, end in got}
+
+
+def test_shared_holders_overlap_but_never_an_exclusive_one(tmp_path):
+    runs = _runs([("shared", 0.0, 1.0), ("shared", 0.05, 1.0), ("exclusive", 0.3, 0.3)],
+                 tmp_path)
+    (s1, e1), (s2, e2) = runs[("shared", 0.0)], runs[("shared", 0.05)]
+    assert s2 < e1 and s1 < e2, runs  # the two sharers held the device at once
+    alone = runs[("exclusive", 0.3)]
+    assert alone[0] >= max(e1, e2) - 0.01, runs  # waited for both to finish
+
+
+def test_a_waiting_exclusive_holder_is_not_starved_by_later_shared_ones(tmp_path):
+    # a shared holder first; one waits to hold alone; a later sharer must wait behind it
+    runs = _runs([("shared", 0.0, 1.0), ("exclusive", 0.3, 0.5), ("shared", 0.6, 0.1)],
+                 tmp_path)
+    first, alone, late = runs[("shared", 0.0)], runs[("exclusive", 0.3)], runs[("shared", 0.6)]
+    assert alone[0] >= first[1] - 0.01, runs
+    assert late[0] >= alone[1] - 0.01, runs  # the gate held it back until the exclusive one ran
+
+
+def test_a_hold_inside_this_threads_own_hold(tmp_path, monkeypatch):
+    monkeypatch.setenv(device_lock.LOCK_DIR_ENV, str(tmp_path))
+    with device_lock.hold("cuda-N"):
+        with device_lock.hold("cuda-N", shared=True):  # already alone: takes nothing more
+            with device_lock.hold("cuda-N"):
+                pass
+    with device_lock.hold("cuda-N", shared=True):
+        with pytest.raises(RuntimeError, match="wait for forever"):
+            with device_lock.hold("cuda-N"):
+                pass
+    with device_lock.hold("cuda-N"):  # every hold was let go
+        pass

@@ -7,6 +7,7 @@ worker process: tests/test_isolation.py.)
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import textwrap
 
@@ -387,3 +388,37 @@ def test_real_backends_pass_correctness_inline():
         job = EvalJob(load("softmax"), Candidate.of(name), QUICK)
         r = evaluator.evaluate(job)
         assert r.ok, (name, r.stage, r.message)
+
+
+def test_the_small_cases_run_and_are_judged_sharing_the_device(monkeypatch):
+    """On a GPU the correctness cases take the device lock shared (never beside another
+    process's timed runs); the float64 reference is computed outside it."""
+    from kdsl.search import device_lock
+    sharing = []
+
+    @contextlib.contextmanager
+    def shared(device, waited=None):
+        sharing.append(True)
+        try:
+            yield
+        finally:
+            sharing.pop()
+
+    monkeypatch.setattr(device_lock, "shared", shared)
+    seen = {"kernel": [], "reference": [], "judge": []}
+    reference, judge = correctness.reference, correctness.judge
+    monkeypatch.setattr(correctness, "reference",
+                        lambda *a: (seen["reference"].append(bool(sharing)), reference(*a))[1])
+    monkeypatch.setattr(correctness, "judge",
+                        lambda *a: (seen["judge"].append(bool(sharing)), judge(*a))[1])
+    op = load("softmax")
+    out = op.outputs[0].name
+
+    def kernel(ins, outs, sizes):
+        seen["kernel"].append(bool(sharing))
+        outs[out][...] = torch.softmax(ins["x"].double(), dim=-1).to(outs[out].dtype)
+
+    outcome = correctness.check(op, kernel, QUICK)
+    assert outcome.message is None, outcome.message
+    assert seen["kernel"] and all(seen["kernel"]) and all(seen["judge"])
+    assert seen["reference"] and not any(seen["reference"])

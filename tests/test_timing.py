@@ -255,7 +255,20 @@ class LockSpy:
     """Stands in for the device lock and says, at any moment, whether it is held."""
 
     def __init__(self):
-        self.held, self.entries = False, 0
+        self.held, self.entries, self.sharing = False, 0, 0
+
+    @contextlib.contextmanager
+    def shared(self, device, waited=None):
+        self.sharing += 1
+        try:
+            yield
+        finally:
+            self.sharing -= 1
+
+    @property
+    def on_device(self) -> bool:
+        """Whether GPU work now would be under the lock, alone or shared."""
+        return self.held or self.sharing > 0
 
     @contextlib.contextmanager
     def exclusive(self, device, waited=None):
@@ -271,7 +284,11 @@ class LockSpy:
 def test_the_device_lock_covers_bench_work_phase_by_phase_or_the_whole_stage(monkeypatch, threshold, mode):
     spy = LockSpy()
     monkeypatch.setattr(timing.device_lock, "exclusive", spy.exclusive)
-    kernel_calls, timer_calls, judged, poisoned, oracled = [], [], [], [], []
+    monkeypatch.setattr(timing.device_lock, "shared", spy.shared)
+    kernel_calls, timer_calls, judged, poisoned, oracled, uploads = [], [], [], [], [], []
+    fresh = timing.corr.fresh_inputs
+    monkeypatch.setattr(timing.corr, "fresh_inputs",
+                        lambda *a: (uploads.append(spy.on_device), fresh(*a))[1])
     judge = timing.bench_judge
     monkeypatch.setattr(timing, "bench_judge", lambda *a: (judged.append(spy.held), judge(*a))[1])
     alloc, outputs_of = timing.corr.alloc_outputs, timing.baseline.outputs_of
@@ -301,6 +318,9 @@ def test_the_device_lock_covers_bench_work_phase_by_phase_or_the_whole_stage(mon
     # the outputs' poisoning and the float64 oracle's run are bench-size GPU work too
     # (uploads are not: they cross PCIe, not the HBM a timed run reads)
     assert poisoned == [True] and oracled == [True]
+    # uploads share the GPU with other sharers (small correctness cases), never with
+    # another's timed runs: kernel's inputs, their pristine copy, the baseline's inputs
+    assert len(uploads) >= 2 and all(uploads), uploads
 
 
 def test_the_bench_traffic_is_counted_once_a_process(monkeypatch):
