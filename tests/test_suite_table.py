@@ -38,6 +38,13 @@ def test_figures_are_ratios_of_the_confirmed_times():
     assert (f["vs_eager"], f["vs_compile"], f["of_floor"]) == (4.0, 2.5, 1.0)
 
 
+def test_each_speedup_pairs_a_baseline_with_the_kernel_timed_beside_it():
+    r = row("a", best_ms=1.0, default_ms=2.0, eager=4.0, compiled=2.5)
+    r["best"]["compile"]["time_ms"] = 1.25  # the second timing read slower
+    f = suite_table.figures(r)
+    assert f["vs_eager"] == 4.0 and f["vs_compile"] == 2.0 and f["best_ms"] == 1.125
+
+
 def test_a_failed_confirmation_has_no_best_time():
     r = row("a", 1.0, 2.0)
     r["best"] = {m: conf(None, None, "eager", ok=False) for m in ("eager", "compile")}
@@ -101,6 +108,18 @@ def test_store_genomes_keeps_winners_and_skips_where_the_default_was_faster(tmp_
     assert a["triton"]["cuda"]["genome"] == {"BLOCK": 128}
     assert a["triton"]["cuda"]["speedup"] == 2.0 and a["triton"]["cuda"]["baseline"] == "torch.compile"
     assert not (genomes / "b.json").exists()
+
+
+def test_store_genomes_wants_the_best_faster_than_the_default_beside_both_baselines(tmp_path):
+    genomes = tmp_path / "genomes"
+    genomes.mkdir()
+    one_sided = row("a", 1.0, 1.02, genome={"BLOCK": 128})
+    one_sided["best"]["compile"]["time_ms"] = 1.03  # slower than the default beside compile
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps(doc([one_sided, row("b", 1.0, 1.02, genome={"BLOCK": 32})])))
+    suite_table.store_genomes(suite, genomes)
+    assert not (genomes / "a.json").exists()
+    assert json.loads((genomes / "b.json").read_text())["triton"]["cuda"]["genome"] == {"BLOCK": 32}
 
 
 def test_store_genomes_drops_a_stored_genome_that_the_default_now_beats(tmp_path):
