@@ -243,6 +243,15 @@ def test_cpu_copy_bandwidth_is_measured_once_per_size():
     assert timing.copy_bandwidth("cpu", 4 << 20) == bw  # same power-of-two bucket, cached
 
 
+def test_gpu_copy_bandwidth_is_measured_at_each_call_and_the_fastest_kept(monkeypatch):
+    """A copy slowed by interference once must not set a process's floors for good."""
+    reads = iter([3.8e12, 4.2e12, 4.0e12])
+    monkeypatch.setattr(timing, "_measure_copy", lambda device, moved: next(reads))
+    monkeypatch.setattr(timing, "_BANDWIDTH", {})
+    got = [timing.copy_bandwidth("cuda", 1 << 20) for _ in range(3)]
+    assert got == [3.8e12, 4.2e12, 4.2e12]
+
+
 def test_real_cpu_timing_is_positive():
     op = softmax_op("M=16, N=32")
     every = dataclasses.replace(CONFIG, slow_cutoff=None)  # numpy may be 10x torch here
