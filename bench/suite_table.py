@@ -31,7 +31,9 @@ def figures(row: dict) -> dict:
 
     A confirmation times each kernel twice, once beside each baseline: each speedup
     pairs a baseline with the kernel's time beside it, and the kernel's shown time is
-    the mean of its two."""
+    the mean of its two. Where the best kernel's confirmation lacks a baseline (its
+    torch.compile captured no graph, or it failed), the default's confirmation gives the
+    baseline and the best's mean time stands in for the time beside it."""
     be, bc = _ok(row.get("best"), "eager"), _ok(row.get("best"), "compile")
     de, dc = _ok(row.get("default"), "eager"), _ok(row.get("default"), "compile")
     # a compile confirmation whose torch.compile fell back to eager has no compile figure
@@ -56,11 +58,12 @@ def _mean_time(*confirmations) -> float | None:
 
 
 def beats_default(row: dict) -> bool:
-    """Was the best kernel faster than the default in each confirmation that timed both?
-    (A one-sided win is within what two timings of one kernel differ by.)"""
+    """Was the best kernel confirmed, and faster than the default, beside every baseline the
+    default was timed beside? (A one-sided win is within what two timings of one kernel
+    differ by; a best that failed a confirmation the default passed did not win.)"""
     pairs = [(_ok(row.get("best"), m), _ok(row.get("default"), m)) for m in ("eager", "compile")]
-    timed = [(b["time_ms"], d["time_ms"]) for b, d in pairs if b and d]
-    return bool(timed) and all(b < d for b, d in timed)
+    timed = [(b, d) for b, d in pairs if d]
+    return bool(timed) and all(b and b["time_ms"] < d["time_ms"] for b, d in timed)
 
 
 def _ratio(a, b):
@@ -284,7 +287,7 @@ def store_genomes(suite_json: Path, genomes_dir: Path) -> int:
             continue
         data.setdefault("triton", {})["cuda"] = {
             "genome": row["best_genome"],
-            "speedup": round(f["vs_compile"] or f["vs_eager"], 3),
+            "speedup": round(f["vs_compile"] or f["vs_eager"] or 0.0, 3) or None,
             "baseline": "torch.compile" if f["vs_compile"] else "eager",
             "evaluations": (row.get("search") or {}).get("evaluations"),
             "measured": f"{meta['date'][:10]}, {meta['host']['gpu']}",

@@ -286,8 +286,16 @@ def run_case(op: ir.Op, kernel, case: cases.Case, device: str, variant: int,
         except Exception as e:
             if out_of_memory(e):
                 raise
+            _settle(device)  # what it launched before raising ends before the lock is let go
             tb = traceback.format_exception(type(e), e, e.__traceback__)
             return f"kernel raised {type(e).__name__}: {e}\n{''.join(tb[-3:]).rstrip()}", 0.0
     ref = reference(op, case.sizes, case.inputs)
     with on_device():
         return judge(op, case.dtype, case.inputs, ins, outs, ref, variant, device)
+
+
+def _settle(device: str) -> None:
+    try:
+        sync(device)
+    except Exception:  # noqa: BLE001 - the kernel's own error is the one reported
+        pass

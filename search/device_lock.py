@@ -25,6 +25,12 @@ that waits to hold the GPU alone: every taker passes the gate, and one waiting f
 ``exclusive`` keeps it closed until it has the GPU. A thread's hold inside its own hold
 of the same device takes nothing more (shared inside exclusive is already alone);
 exclusive inside shared would wait for itself and is refused.
+
+Known limit: a shared hold lasts as long as the work under it. A small case's first call
+compiles where the build could not compile ahead (a torch.compile candidate, a Triton
+build whose ``prepare`` failed), and a kernel that hangs on a small case holds the GPU
+until its job's time limit; meanwhile a process waiting to hold it alone closes the gate,
+and every other sharer waits too (their waits count against their own time limits).
 """
 from __future__ import annotations
 
@@ -106,9 +112,8 @@ def hold(name: str, waited: dict | None = None, shared: bool = False):
             fcntl.flock(f.fileno(), fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         finally:
             fcntl.flock(gate.fileno(), fcntl.LOCK_UN)
-        if waited is not None:  # summed over the holds of one job
-            waited["lock_wait_s"] = round(waited.get("lock_wait_s", 0.0) +
-                                          time.perf_counter() - start, 4)
+        if waited is not None:  # summed over the holds of one job (rounded where shown)
+            waited["lock_wait_s"] = waited.get("lock_wait_s", 0.0) + time.perf_counter() - start
         holds[name] = mode
         try:
             yield

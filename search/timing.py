@@ -257,7 +257,7 @@ def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
 
 
 def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
-                  hold=contextlib.nullcontext) -> BaselineTime:
+                  hold=contextlib.nullcontext, waited: dict | None = None) -> BaselineTime:
     """The baseline's median, once per (op, device, point, dtype, mode) in this process.
 
     torch.compile runs before ``hold()`` is entered (the device lock, when the caller
@@ -269,7 +269,7 @@ def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
     key = (op.hash, device, tuple(case.sizes.items()), case.dtype, mode, config.warmup,
            config.reps)
     if key not in cache:
-        with device_lock.shared(device):
+        with device_lock.shared(device, waited):
             tensors = corr.fresh_inputs(op, case.dtype, case.inputs, device)
         with torch.no_grad():
             run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
@@ -286,7 +286,8 @@ _ORACLES: dict[tuple, tuple] = {}
 
 
 def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext,
-           uploaded: dict | None = None) -> tuple[dict | None, str]:
+           uploaded: dict | None = None, waited: dict | None = None
+           ) -> tuple[dict | None, str]:
     """The baseline on float64 inputs, as device tensors (None and why when it fails).
 
     Computed once a process, on the device under ``hold()`` (the device lock, where the
@@ -299,10 +300,10 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
     if key not in _ORACLES:
         _ORACLES.clear()
         try:
-            if uploaded is None:
-                with device_lock.shared(device):
-                    uploaded = corr.fresh_inputs(op, case.dtype, case.inputs, device)
             ins = uploaded
+            if ins is None:  # (freed with ``ins`` below)
+                with device_lock.shared(device, waited):
+                    ins = corr.fresh_inputs(op, case.dtype, case.inputs, device)
             with hold(), torch.no_grad():
                 wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
                 got = baseline.outputs_of(op, baseline.baseline_callable(op, case.sizes, wide)())
@@ -465,7 +466,7 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
         kernel(ins, outs, dict(case.sizes))
         corr.sync(device)
     with lap("oracle"):
-        ref, note = oracle(op, case, device, hold, uploaded=pristine)
+        ref, note = oracle(op, case, device, hold, uploaded=pristine, waited=arts)
     if note:
         arts["bench_check"] = note
     with lap("check"), hold():
@@ -480,7 +481,7 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
 
     with lap("baseline"):
         base = time_baseline(op, case, device, baseline_mode(config), config, timer, cache,
-                             compile_fn, hold)
+                             compile_fn, hold, waited=arts)
     run = lambda: kernel(ins, outs, dict(case.sizes))  # noqa: E731
     with lap("timed_runs"), hold(), torch.no_grad():
         # one timed run first: a kernel already far slower than the baseline is ranked by

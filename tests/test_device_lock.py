@@ -63,10 +63,13 @@ def test_wait_is_recorded(tmp_path, monkeypatch):
     assert waited["lock_wait_s"] >= 5.0
 
 
-def _take(name: str, lock_dir: str, mode: str, delay: float, seconds: float, q) -> None:
+def _take(name: str, lock_dir: str, mode: str, delay: float, seconds: float, start: float,
+          q) -> None:
     import os
     os.environ[device_lock.LOCK_DIR_ENV] = lock_dir
-    time.sleep(delay)
+    # delays count from one moment shared by every process (``start``, wall clock), not
+    # from each one's own start-up, which a loaded machine stretches unevenly
+    time.sleep(max(0.0, start + delay - time.time()))
     with device_lock.hold(name, shared=(mode == "shared")):
         start = time.monotonic()
         time.sleep(seconds)
@@ -77,7 +80,8 @@ def _runs(plan, tmp_path):
     """``plan``: (mode, start delay, hold seconds) for one process each."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_take, args=("cuda-S", str(tmp_path), m, d, s, q))
+    start = time.time() + 5.0  # every process started up by then, even on a loaded machine
+    procs = [ctx.Process(target=_take, args=("cuda-S", str(tmp_path), m, d, s, start, q))
              for m, d, s in plan]
     for p in procs:
         p.start()

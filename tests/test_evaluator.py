@@ -422,3 +422,30 @@ def test_the_small_cases_run_and_are_judged_sharing_the_device(monkeypatch):
     assert outcome.message is None, outcome.message
     assert seen["kernel"] and all(seen["kernel"]) and all(seen["judge"])
     assert seen["reference"] and not any(seen["reference"])
+
+
+def test_a_result_sums_the_lock_waits_of_its_correctness_and_timing_stages(monkeypatch):
+    """Each hold of the device lock (shared or alone) in either stage adds its wait to the
+    one figure the run's summary adds up."""
+    from kdsl.search import device_lock
+    monkeypatch.setattr(timing, "BASELINES", {})
+    monkeypatch.setattr(device_lock, "device_id", lambda device: "cuda-test")
+    holds = {"correctness": 0, "timing": 0}
+    stage = ["correctness"]
+
+    @contextlib.contextmanager
+    def hold(name, waited=None, shared=False):
+        if waited is not None:  # every hold waits one second here
+            waited["lock_wait_s"] = waited.get("lock_wait_s", 0.0) + 1.0
+            holds[stage[0]] += 1
+        yield
+
+    monkeypatch.setattr(device_lock, "hold", hold)
+    monkeypatch.setitem(evaluator.PIPELINE, "timing", lambda run: (
+        stage.__setitem__(0, "timing"), evaluator.time_it(run))[1])
+    config = dataclasses.replace(QUICK, time=True, reps=3, warmup=1)
+    r = evaluate(op=softmax_op(), config=config, genome={"variant": "softmax"},
+                 timer=lambda fn, warmup, reps, setup=None: [1.0] * reps)
+    assert r.ok, r.message
+    assert holds["correctness"] > 0 and holds["timing"] > 0, holds
+    assert r.artifacts["lock_wait_s"] == holds["correctness"] + holds["timing"]

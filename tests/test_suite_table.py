@@ -116,9 +116,12 @@ def test_store_genomes_wants_the_best_faster_than_the_default_beside_both_baseli
     one_sided = row("a", 1.0, 1.02, genome={"BLOCK": 128})
     one_sided["best"]["compile"]["time_ms"] = 1.03  # slower than the default beside compile
     suite = tmp_path / "suite.json"
-    suite.write_text(json.dumps(doc([one_sided, row("b", 1.0, 1.02, genome={"BLOCK": 32})])))
+    unconfirmed = row("c", 1.0, 1.1, genome={"BLOCK": 16})
+    unconfirmed["best"]["compile"] = conf(None, None, "torch.compile", ok=False)
+    suite.write_text(json.dumps(doc([one_sided, row("b", 1.0, 1.02, genome={"BLOCK": 32}),
+                                     unconfirmed])))
     suite_table.store_genomes(suite, genomes)
-    assert not (genomes / "a.json").exists()
+    assert not (genomes / "a.json").exists() and not (genomes / "c.json").exists()
     assert json.loads((genomes / "b.json").read_text())["triton"]["cuda"]["genome"] == {"BLOCK": 32}
 
 
