@@ -373,10 +373,11 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
         # back do better with 32-lane tiles of 32-row chunks on one warp (H200,
         # jagged_softmax D=128 bf16, 2026-12-03: 0.217 ms, against 0.233 ms for 64 x 32
         # on two warps and 0.275 ms at 128 x 16), and with a segment that fits one chunk
-        # read once ('cached': 2026-12-04, 0.2089 ms against 0.2153 online). Larger
-        # one-pass tiles, to catch more of the segments (mean length 64), lost: 64 x 16
-        # 0.226 ms, 64 x 32 0.303, 128 x 16 0.353, 128-256 rows at 4-16 warps 0.33-1.3 ms
-        # (more registers a thread, fewer programs an SM)
+        # read once ('cached', 2026-12-04: 0.2089 ms against 0.2153 online; again,
+        # alternating, 0.2088 against 0.2150). Larger one-pass tiles, to catch more of the
+        # segments (mean length 64), lost: 64 x 16 0.226 ms, 64 x 32 0.303, 128 x 16 0.353,
+        # 64-512 rows on 2-16 warps 0.33-1.31 ms (more registers a thread, fewer programs
+        # an SM)
         if "cached" in strategies:
             d["reduce"] = "cached"
         wide = plan.inner is None

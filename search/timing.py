@@ -163,7 +163,7 @@ def copy_bandwidth(device: str, nbytes: int, fresh: bool = False,
     Interference only ever slows a copy, so the fastest is the best estimate. A figure
     measured once had stayed low for a whole process: in two H200 suites (2026-12-04) one
     confirming worker read 3.79-3.80 TB/s where every other read 4.19-4.24, and its op's
-    floor was 11% too high. One more measurement costs about 2 ms of a timing stage.
+    floor was 10-12% too high. One more measurement costs about 2 ms of a timing stage.
     On CPU the faster of numpy's single-threaded memcpy and torch's threaded copy: a
     threaded copy stalls on a busy machine, a single thread undersells a big one.
     """
