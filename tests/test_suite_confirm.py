@@ -106,7 +106,16 @@ def test_a_confirmation_its_cut_ends_is_cut_not_a_failed_row(monkeypatch):
         assert row["skipped"] == "terminated during its confirmation" and "default" not in row
 
 
-def test_a_stop_while_waiting_loses_no_confirmed_row(monkeypatch):
+@pytest.fixture
+def ctrl_c():
+    """Python's own SIGINT handler for the test, whatever this process inherited (a shell
+    that starts a command in the background without job control has it ignore SIGINT)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_stop_while_waiting_loses_no_confirmed_row(monkeypatch, ctrl_c):
     """SIGINT arrives while the suite waits for the last confirmations: the rows already
     confirmed are in the suite's rows or in the queue for the cut, never in neither."""
     log: list = []
