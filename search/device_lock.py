@@ -30,7 +30,9 @@ Known limit: a shared hold lasts as long as the work under it. A small case's fi
 compiles where the build could not compile ahead (a torch.compile candidate, a Triton
 build whose ``prepare`` failed), and a kernel that hangs on a small case holds the GPU
 until its job's time limit; meanwhile a process waiting to hold it alone closes the gate,
-and every other sharer waits too (their waits count against their own time limits).
+and every other sharer waits too (their waits count against their own time limits). Not
+holding the lock would not help: a hanging kernel stays on the GPU, time-sliced with the
+timed runs, and lengthens them; waiting is the lesser harm.
 """
 from __future__ import annotations
 
