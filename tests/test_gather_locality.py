@@ -48,3 +48,14 @@ def test_both_orders_are_checked_and_timed_on_the_cpu(tmp_path):
                                                                             "sorted"]
     assert all(r["correct"] and r["kernel_ms"] > 0 and r["baseline_ms"] > 0 for r in doc["rows"])
     assert doc["rows"][0]["floor_ms"] == doc["rows"][1]["floor_ms"]
+    # the memory's own cost for the same rows: a plain gather of them, both orders
+    plain = doc["plain_gather"]
+    assert [r["order"] for r in plain] == ["bench order", "sorted"]
+    assert all(r["correct"] and r["gather_ms"] > 0 and r["of_floor"] > 0 for r in plain)
+    assert plain[0]["rows"] == plain[1]["rows"] and plain[0]["bytes"] == plain[1]["bytes"]
+
+
+def test_distinct_rows_in_order_of_first_appearance_or_sorted():
+    idx = np.array([7, 3, 7, 9, 3, 1])
+    assert gather_locality.distinct_rows(idx, "bench order").tolist() == [7, 3, 9, 1]
+    assert gather_locality.distinct_rows(idx, "sorted").tolist() == [1, 3, 7, 9]
