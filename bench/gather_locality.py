@@ -84,21 +84,23 @@ def distinct_rows(index, order: str):
 
 def plain_gather(op, case, table: str, index: str, order: str, device: str, reps: int,
                  bw: float) -> dict:
-    """The distinct rows ``index`` names, copied from ``table`` to a dense buffer."""
+    """The distinct rows ``index`` names, copied from ``table`` to a dense buffer, checked
+    against the same rows taken on the host."""
     import torch
 
-    from kdsl import dtypes
+    from kdsl.search import correctness as corr
     from kdsl.search import device_lock, timing
+    picked = distinct_rows(case.inputs[index], order)
     with device_lock.shared(device):
-        src = torch.from_numpy(case.inputs[table]).to(
-            device=device, dtype=dtypes.torch_dtype(op.dtype_of(table, case.dtype)))
-        rows = torch.as_tensor(distinct_rows(case.inputs[index], order), device=device)
+        src = corr.fresh_inputs(op, case.dtype, case.inputs, device)[table]
+        rows = torch.as_tensor(picked, device=device)
     out = torch.empty((rows.numel(), *src.shape[1:]), dtype=src.dtype, device=device)
     nbytes = 2 * out.numel() * out.element_size() + rows.numel() * rows.element_size()
     with device_lock.exclusive(device), torch.no_grad():
         ms = statistics.median(timing.default_timer(device)(
             lambda: torch.index_select(src, 0, rows, out=out), warmup=5, reps=reps))
-        exact = bool(torch.equal(out, src.index_select(0, rows)))
+    expected = torch.from_numpy(case.inputs[table][picked]).to(dtype=src.dtype)
+    exact = bool(torch.equal(out.cpu(), expected))
     floor_ms = nbytes / bw * 1e3
     return {"order": order, "rows": rows.numel(), "bytes": nbytes, "gather_ms": ms,
             "floor_ms": floor_ms, "of_floor": ms / floor_ms, "correct": exact}
