@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Backend, BuildError, Built, Gene, Genome, Space, Unsupported  # noqa: F401
+from kdsl.backends.base import Backend, BuildError, Built, Gene, Genome, Space, Unsupported  # noqa: F401
 
 # name -> module that defines BACKEND
 _MODULES = {
-    "c": "kdsl.backends.c",
-    "triton": "kdsl.backends.triton",
-    "torch": "kdsl.backends.torch_backend",
-    "numpy": "kdsl.backends.numpy_backend",
+    "c": "kdsl.backends.c.backend",
+    "triton": "kdsl.backends.triton.backend",
+    "torch": "kdsl.backends.array.torch_backend",
+    "numpy": "kdsl.backends.array.numpy_backend",
 }
 REGISTRY: dict[str, Backend] = {}
 

@@ -196,7 +196,7 @@ def _terminated(signum, frame):
 
 def op_class(op) -> str:
     """contraction (matrix units), sort (collectives), or memory (bound by traffic)."""
-    from kdsl.backends import triton as triton_backend
+    from kdsl.backends.triton import backend as triton_backend
     dot = triton_backend._dot()
     if dot is not None and dot.matches(op):
         return "contraction"

@@ -134,7 +134,7 @@ TORCH_ALLOWED = {
 TORCH_ALLOWED_UNDER = ("torch.cuda", "torch.version", "torch.backends", "torch.utils.dlpack")
 TORCH_BANNED_UNDER = ("torch.cuda.jiterator", "torch.cuda.comm", "torch.cuda.nccl")
 # kdsl's own torch compositions: the baseline's building blocks, torch by another name
-KDSL_TORCH = ("kdsl.torch_ops", "kdsl.backends.torch_runtime", "kdsl.backends.torch_backend")
+KDSL_TORCH = ("kdsl.torch_ops", "kdsl.backends.array.torch_runtime", "kdsl.backends.array.torch_backend")
 
 
 def torch_path_allowed(path: str) -> bool:

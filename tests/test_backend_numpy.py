@@ -18,7 +18,7 @@ import torch
 
 from kdsl import baseline, cases, dtypes, spec
 from kdsl.backends import Unsupported, get
-from kdsl.backends.array_analysis import features
+from kdsl.backends.array.analysis import features
 from kdsl.compare import compare
 from kdsl.reference import reference
 from kdsl.sizes import shape_of

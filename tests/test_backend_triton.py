@@ -139,7 +139,7 @@ import numpy as np, torch
 import kdsl.spec as S
 from kdsl import cases, compare, dtypes, ir, reference, sizes as SZ
 from kdsl.backends import get
-from kdsl.backends.triton_plan import make_plan
+from kdsl.backends.triton.plan import make_plan
 
 ROW_PROGRAMS, COLUMN_CAP = 12, 40
 
@@ -210,7 +210,7 @@ COMPILER = r'''
 import json, sys, traceback
 import kdsl.spec as S
 from kdsl.backends import get
-from kdsl.backends.triton_compile import CUDA_H100, HIP_MI300, compile_for, example_for
+from kdsl.backends.triton.compile import CUDA_H100, HIP_MI300, compile_for, example_for
 be, out = get("triton"), {}
 for path in json.loads(sys.argv[1]):
     op = S.load(path).ops[0]
@@ -222,7 +222,7 @@ for path in json.loads(sys.argv[1]):
             out.setdefault(op.name, {})[name] = {"error": traceback.format_exc()[-3000:]}
 # the launches the JIT warm-up compiles: a loaded module's own kernels, fallbacks on request
 try:
-    from kdsl.backends.triton_compile import example_at, launches, load_module
+    from kdsl.backends.triton.compile import example_at, launches, load_module
     op = next(S.load(p).ops[0] for p in json.loads(sys.argv[1]) if p.endswith("/softmax.kspec"))
     ns = vars(load_module(be.render(op, be.space(op, "cuda").default(), "cuda"), "softmax"))
     shapes = [example_at(op, {"M": 3, "N": 5}, "f32"),
@@ -319,12 +319,12 @@ def runs(novel_specs):
 
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_plan_class_comes_from_the_ir(name):
-    from kdsl.backends.triton_plan import make_plan
+    from kdsl.backends.triton.plan import make_plan
     assert make_plan(_load(_library()[name])).kind == KINDS[name]
 
 
 def test_fusable_patterns_are_found():
-    from kdsl.backends.triton_plan import make_plan
+    from kdsl.backends.triton.plan import make_plan
     lib = _library()
     assert [f.pattern for f in make_plan(_load(lib["softmax"])).fused] == ["maxsum"]
     assert [f.pattern for f in make_plan(_load(lib["cross_entropy"])).fused] == ["maxsum"]
@@ -333,15 +333,15 @@ def test_fusable_patterns_are_found():
 
 
 def test_jagged_outputs_are_enumerated_by_segment():
-    from kdsl.backends.triton_plan import SEG, make_plan
+    from kdsl.backends.triton.plan import SEG, make_plan
     plan = make_plan(_load(_library()["jagged_softmax"]))
     assert [a for a, _ in plan.scalar_axes] == [SEG] and plan.row_axis[0] == "d"
     assert plan.inner == "i" and not plan.onepass
 
 
 def test_short_static_windows_unroll_and_segments_cache():
-    from kdsl.backends.triton_plan import make_plan
-    from kdsl.backends.triton_rows import strategies
+    from kdsl.backends.triton.plan import make_plan
+    from kdsl.backends.triton.rows import strategies
     lib = _library()
     assert {"unrolled", "phases"} <= set(strategies(make_plan(_load(lib["max_pool1d"]))))
     assert "phases" not in strategies(make_plan(_load(lib["softmax"])))
@@ -364,8 +364,8 @@ def test_short_static_windows_unroll_and_segments_cache():
 
 
 def test_window_phases_need_an_affine_strided_index():
-    from kdsl.backends.triton_plan import make_plan
-    from kdsl.backends.triton_window import window_of
+    from kdsl.backends.triton.plan import make_plan
+    from kdsl.backends.triton.window import window_of
 
     def pool(body: str, bench: str = "B=4, L=50, KW=3, S=2, LO=20") -> ir.Op:
         text = f"""
@@ -432,7 +432,7 @@ def test_every_genome_in_the_space_renders(name):
 
 
 def test_contractions_go_to_triton_dot():
-    dot = pytest.importorskip("kdsl.backends.triton_dot")
+    dot = pytest.importorskip("kdsl.backends.triton.dot")
     be = get("triton")
     for name in CONTRACTIONS:
         op = _load(_library()[name])
@@ -445,8 +445,8 @@ def test_contractions_go_to_triton_dot():
 def test_sorting_networks_hold_at_most_32_keys_a_thread(name):
     """More rows a program are dropped, then warps added: a longer network spills and
     compiles longer (the old clamp allowed 256 keys a thread when a top-k search stalled)."""
-    from kdsl.backends.triton import interpreting
-    from kdsl.backends.triton_compile import example_at, launches
+    from kdsl.backends.triton.backend import interpreting
+    from kdsl.backends.triton.compile import example_at, launches
     if interpreting():
         pytest.skip("this process runs the interpreter")
     be = get("triton")
@@ -472,8 +472,8 @@ def test_unrolled_columns_past_the_unroll_cap_take_the_looped_kernel():
     """cross_entropy's 32768 columns unrolled in 32 chunks spilled thousands of registers
     and compiled for minutes: past UNROLL_MAX values a thread over all chunks the launcher
     runs the looped fallback, and a static compile reaches both kernels."""
-    from kdsl.backends.triton import interpreting
-    from kdsl.backends.triton_compile import example_at, launches
+    from kdsl.backends.triton.backend import interpreting
+    from kdsl.backends.triton.compile import example_at, launches
     if interpreting():
         pytest.skip("this process runs the interpreter")
     be = get("triton")
@@ -503,8 +503,8 @@ def test_sort_relabels_columns_so_most_layers_stay_in_registers():
     thread holds in registers become the network's low bits. In the sm_90 compile of the
     bench kernel that leaves 15 of 55 layers across lanes (960 shuffles, from 2240), and
     a pair in one thread is compared once."""
-    from kdsl.backends.triton import interpreting
-    from kdsl.backends.triton_compile import CUDA_H100, compile_for, example_at
+    from kdsl.backends.triton.backend import interpreting
+    from kdsl.backends.triton.compile import CUDA_H100, compile_for, example_at
     if interpreting():
         pytest.skip("this process runs the interpreter")
     be = get("triton")
@@ -523,8 +523,8 @@ def test_register_cap_reaches_ptxas_on_nvidia_only(monkeypatch):
     report counts the spills; on ROCm the launcher leaves the option out, since HIP's
     launcher refuses it."""
     import torch
-    from kdsl.backends.triton import interpreting
-    from kdsl.backends.triton_compile import CUDA_H100, compile_for, example_at, launches
+    from kdsl.backends.triton.backend import interpreting
+    from kdsl.backends.triton.compile import CUDA_H100, compile_for, example_at, launches
     if interpreting():
         pytest.skip("this process runs the interpreter")
     be = get("triton")
@@ -553,8 +553,8 @@ def test_gemm_launcher_uses_the_copy_engine_only_where_there_is_one(monkeypatch)
     ahead, static reports) the launcher asks this machine or the static compile's target,
     never on ROCm; a wrong answer would compile ahead a kernel that never runs."""
     import torch
-    from kdsl.backends.triton import interpreting
-    from kdsl.backends.triton_compile import example_at, launches, load_module
+    from kdsl.backends.triton.backend import interpreting
+    from kdsl.backends.triton.compile import example_at, launches, load_module
     if interpreting():
         pytest.skip("this process runs the interpreter")
     be = get("triton")
@@ -603,7 +603,7 @@ def test_evict_hints_mark_only_the_row_data_a_looped_kernel_reads_again():
 
 
 def test_bench_identity_is_what_runs_at_the_bench_point():
-    from kdsl.backends.triton import interpreting
+    from kdsl.backends.triton.backend import interpreting
     if interpreting():
         pytest.skip("this process runs the interpreter")
     be = get("triton")
@@ -629,7 +629,7 @@ def test_bench_identity_is_what_runs_at_the_bench_point():
 
 
 def test_cpu_build_needs_the_interpreter():
-    from kdsl.backends.triton import interpreting
+    from kdsl.backends.triton.backend import interpreting
     if interpreting():
         pytest.skip("this process runs the interpreter")
     be = get("triton")

@@ -25,9 +25,9 @@ import pytest
 
 from kdsl import cases, ir
 from kdsl.backends import Unsupported
-from kdsl.backends import triton_dot as td
-from kdsl.backends.triton_dot_plan import analyze
-from kdsl.backends.triton_dot_source import tma_layout
+from kdsl.backends.triton import dot as td
+from kdsl.backends.triton.dot_plan import analyze
+from kdsl.backends.triton.dot_source import tma_layout
 from kdsl.spec import load, parse_text
 
 ROOT = Path(__file__).resolve().parents[1]

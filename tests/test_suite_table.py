@@ -189,7 +189,7 @@ def test_a_best_genome_that_launches_the_default_kernels_is_not_stored(tmp_path)
     """One warp holds 32 keys a thread, so the sort's launcher clamps two rows a program to
     one: that genome is the default kernel, whatever the search's timing said."""
     pytest.importorskip("triton")
-    from kdsl.backends.triton import interpreting
+    from kdsl.backends.triton.backend import interpreting
     if interpreting():
         pytest.skip("this process runs the interpreter")
     genomes = tmp_path / "genomes"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kdsl import spec
 from kdsl.backends import get
-from kdsl.backends.triton_helpers import HELPERS, with_needs
+from kdsl.backends.triton.helpers import HELPERS, with_needs
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
@@ -66,7 +66,7 @@ import triton
 import triton.language as tl
 from triton.runtime import _async_compile
 from triton.runtime.jit import JITFunction
-from kdsl.backends.triton_compile import warm
+from kdsl.backends.triton.compile import warm
 
 @triton.jit
 def k(x, n, BLOCK: tl.constexpr):

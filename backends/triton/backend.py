@@ -1,7 +1,7 @@
 """The Triton backend: kernels generated from the IR, for CUDA (and AMD) GPUs.
 
 Contractions (a reduction of a product over a shared index: matmul, conv) go to
-``triton_dot`` when that module is present and claims the op; every other op is
+``dot`` when it claims the op; every other op is
 planned from its IR (``triton_plan``) and rendered by the generator of its
 class: pointwise and row kernels (``triton_rows``), sorts and top-k
 (``triton_sort``). No template is chosen by op name.
@@ -25,10 +25,13 @@ from functools import lru_cache
 
 from kdsl import ir
 
-from .base import BuildError, Built, Gene, Genome, Space, Unsupported
-from .triton_kernel import divisor_dims, module
-from .triton_plan import Plan, make_plan
-from . import triton_rows, triton_sort
+from kdsl.backends.base import BuildError, Built, Gene, Genome, Space, Unsupported
+from kdsl.backends.triton.kernel import divisor_dims, module
+from kdsl.backends.lower.stages import Staged, recomputed, split
+from kdsl.backends.triton.plan import SEG, Plan, make_plan
+from kdsl.backends.triton import staged
+from kdsl.backends.triton import rows as triton_rows
+from kdsl.backends.triton import sort as triton_sort
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4)
@@ -37,13 +40,8 @@ COLS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 def _dot():
-    """The contraction generator, or None while it does not exist."""
-    try:
-        return importlib.import_module("kdsl.backends.triton_dot")
-    except ModuleNotFoundError as e:
-        if e.name and e.name.endswith("triton_dot"):
-            return None
-        raise
+    """The contraction generator (imported on first use: it pulls in the TMA helpers)."""
+    return importlib.import_module("kdsl.backends.triton.dot")
 
 
 def _np2(n: int) -> int:
@@ -78,7 +76,7 @@ class TritonBackend:
         if dot is not None and dot.matches(op):
             return None
         try:
-            _plan(op)
+            _lowered(op)
         except Unsupported as e:
             return str(e)
         return None
@@ -90,10 +88,16 @@ class TritonBackend:
             genes = tuple(dot.genes(op, device))
             defaults = getattr(dot, "defaults", None)
             return Space(genes, tuple(defaults(op, device).items()) if defaults else ())
-        genes, defaults = _genes(op, _plan(op), _bench_sizes(op))
+        lowered = _lowered(op)
+        if isinstance(lowered, Staged):
+            genes, defaults = staged.genes(
+                lowered, lambda sub: _genes(sub, _plan(sub), _bench_sizes(sub)))
+        else:
+            genes, defaults = _genes(op, lowered, _bench_sizes(op))
         if device != "cuda":  # a register cap means nothing to the interpreter
-            genes = [g for g in genes if g.name != "maxnreg"]
-            defaults.pop("maxnreg", None)
+            genes = [g for g in genes if g.name.rpartition(".")[2] != "maxnreg"]
+            defaults = {k: v for k, v in defaults.items()
+                        if k.rpartition(".")[2] != "maxnreg"}
         return Space(tuple(genes), tuple(defaults.items()))
 
     # ---- source ----
@@ -101,19 +105,22 @@ class TritonBackend:
         dot = _dot()
         if dot is not None and dot.matches(op):
             return dot.render(op, genome)
-        plan = _plan(op)
+        lowered = _lowered(op)
         genome = self.space(op, device).complete(genome)
-        name = f"_kd_{op.name}"
-        gen = triton_sort if plan.kind == "collective" else triton_rows
-        kernels, helpers, launcher = gen.render(op, plan, genome, name)
         shown = ", ".join(f"{k}={v}" for k, v in sorted(genome.items()))
-        doc = f"kdsl triton kernel for '{op.name}' ({plan.kind}); genome: {shown}"
+        if isinstance(lowered, Staged):
+            kernels, helpers, launcher = staged.render(lowered, genome, _render_one)
+            doc = (f"kdsl triton kernel for '{op.name}' ({len(lowered.stages)} stages: "
+                   f"{', '.join(_plan(s).kind for s in lowered.stages)}); genome: {shown}")
+            return module(op, doc, helpers, kernels, launcher, staged.imports())
+        kernels, helpers, launcher = _render_one(op, genome, f"_kd_{op.name}")
+        doc = f"kdsl triton kernel for '{op.name}' ({lowered.kind}); genome: {shown}"
         return module(op, doc, helpers, kernels, launcher)
 
     def build(self, op: ir.Op, source: str, device: str) -> Built:
         if device not in self.devices:
             raise BuildError(f"unknown device '{device}'")
-        from .triton_compile import load_module
+        from kdsl.backends.triton.compile import load_module
         try:
             namespace = vars(load_module(source, op.name))
         except Exception as e:
@@ -129,7 +136,7 @@ class TritonBackend:
                                  "TRITON_INTERPRET=1 in the environment before this process "
                                  "defines them")
             return Built(fn=fn, log="", meta=meta)
-        from .triton_compile import example_at, example_for, warm
+        from kdsl.backends.triton.compile import example_at, example_for, warm
         from triton.compiler.errors import CompilationError
         # the kernels the bench point launches (each dtype variant a compile of its own,
         # seconds for a sorting network), compiled by this process's JIT: the timing runs of
@@ -158,7 +165,7 @@ class TritonBackend:
         if device != "cuda" or not op.bench or interpreting():
             return None
         try:
-            from .triton_compile import example_for, launches, load_module
+            from kdsl.backends.triton.compile import example_for, launches, load_module
             from triton.runtime.jit import JITFunction
             source = self.render(op, genome, device)
             ns = vars(load_module(source, op.name))
@@ -206,6 +213,54 @@ def _arg(a) -> str:
 @lru_cache(maxsize=256)
 def _plan(op: ir.Op) -> Plan:
     return make_plan(op)  # ops are frozen and hash structurally
+
+
+def _render_one(op: ir.Op, genome: dict, name: str):
+    plan = _plan(op)
+    gen = triton_sort if plan.kind == "collective" else triton_rows
+    return gen.render(op, plan, genome, name)
+
+
+# a reduction stage with fewer output points than this at the bench sizes is peeled
+# (its outer reduced indices become partial results' indices): an H200 has 132 SMs, and
+# a few programs an SM keep its memory busy
+MIN_PROGRAMS = 1024
+
+
+@lru_cache(maxsize=256)
+def _lowered(op: ir.Op) -> "Plan | Staged":
+    """The op's one fused plan, or its stages (``lower.stages``) when the fused plan does
+    not exist or would compute a reduction again in programs that differ only along axes
+    it does not read, or when its reductions leave too few programs and can be peeled."""
+    bench = _bench_sizes(op)
+    try:
+        plan = _plan(op)
+    except Unsupported as why:
+        try:
+            lowered = split(op, bench, MIN_PROGRAMS)
+        except Unsupported:
+            raise why from None
+        for sub in lowered.stages:
+            if _dot().matches(sub):
+                raise why  # a contraction stage: rendered alone by the dot generator
+            _plan(sub)
+        return lowered
+    if plan.kind == "collective" or not plan.row_values:
+        return plan
+    axes = dict(plan.scalar_axes)
+    if plan.row_axis is not None:
+        axes[plan.row_axis[0]] = plan.row_axis[1]
+    axes.pop(SEG, None)
+    values = [(v.body, v.ranges) for v in plan.row_values]
+    if recomputed(values, axes, bench, op.dims):
+        return split(op, bench, MIN_PROGRAMS)
+    try:
+        lowered = split(op, bench, MIN_PROGRAMS)
+    except Unsupported:
+        return plan
+    if lowered.peeled and all(not _dot().matches(s) for s in lowered.stages):
+        return lowered  # peeled: partials fill the device
+    return plan
 
 
 def _genes(op: ir.Op, plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], dict]:
@@ -318,10 +373,29 @@ def _extent(rng, sizes: dict[str, int]) -> int:
         return 64  # a data-dependent range (a segment): a typical jagged length
 
 
+def _rows_contiguous(plan: Plan) -> bool:
+    """Whether the reductions read their widest tensor with the row axis as its last
+    (contiguous) subscript and the reduced indices elsewhere."""
+    if plan.row_axis is None:
+        return False
+    row = plan.row_axis[0]
+    found = False
+    for v in plan.row_values:
+        reads = [n for n in ir.walk(v.body) if isinstance(n, ir.Access) and n.subscripts]
+        if not reads:
+            continue
+        widest = max(reads, key=lambda a: len(a.subscripts))
+        last = widest.subscripts[-1]
+        if not (isinstance(last, ir.Name) and last.name == row):
+            return False
+        found = True
+    return found
+
+
 def _window_stride(plan: Plan, bench: dict) -> int:
     """The stride of the plan's strided window at the bench sizes (1 when unknown)."""
     from kdsl.sizes import NotASize, evaluate
-    from .triton_window import window_of
+    from kdsl.backends.triton.window import window_of
     try:
         return evaluate(window_of(plan).stride, bench)
     except (NotASize, KeyError):
@@ -341,6 +415,14 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
     else:
         cols = _extent(plan.column, bench)
     d: dict = {}
+    if plan.static_column and plan.inner is None and cols > 8 and _rows_contiguous(plan):
+        # the reduced index is not the fastest-moving one in memory but the row axis is
+        # (a sum over dim 1 of [B, D1, D2]): lanes across rows read consecutive addresses,
+        # so a program takes many rows and a short column chunk at a time
+        br = _pick(ROWS, min(_np2(rows), 128))
+        return {"reduce": "online" if "online" in strategies else "looped",
+                "BLOCK_R": br, "BLOCK_C": _pick(COLS, min(_np2(cols), max(1, 2048 // br))),
+                "num_warps": 4}
     if plan.static_column and plan.inner is None and cols <= 8:
         # a short window (pooling): many outputs per program (H200, max_pool1d bf16: 0.21
         # ms against 0.28 ms for a [512, 4] one-pass tile), read by stride phases, one

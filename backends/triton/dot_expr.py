@@ -18,7 +18,7 @@ import numpy as np
 from kdsl import dtypes, ir
 from kdsl.builtins import CASTS, CONSTANTS, ELEMENTWISE
 
-from .triton_dot_plan import ACC
+from kdsl.backends.triton.dot_plan import ACC
 
 HELPERS = {
     "floordiv": '''@triton.jit

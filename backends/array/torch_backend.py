@@ -13,10 +13,10 @@ import json
 
 from kdsl import ir
 
-from . import array_analysis as aa
-from .array_dialect import Dialect, Val, atom
-from .array_module import array_genes, compute_source, load_module
-from .base import Built, Gene, Genome, Space, Unsupported
+from kdsl.backends.array import analysis as aa
+from kdsl.backends.array.dialect import Dialect, Val, atom
+from kdsl.backends.array.module import array_genes, compute_source, load_module
+from kdsl.backends.base import Built, Gene, Genome, Space, Unsupported
 
 _UFUNC = {
     "exp": "torch.exp({0})", "log": "torch.log({0})", "sqrt": "torch.sqrt({0})",
@@ -34,7 +34,7 @@ class TorchDialect(Dialect):
 
     def header(self, precision: str) -> list[str]:
         return ["import math", "", "import torch", "",
-                "from kdsl.backends import torch_runtime as rt", "",
+                "from kdsl.backends.array import torch_runtime as rt", "",
                 f"F = torch.{'float64' if precision == 'f64' else 'float32'}",
                 "W = torch.float64", "I = torch.int64", "B = torch.bool"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from kdsl import ir
 
-from . import array_analysis as aa
-from .array_dialect import Val, atom, subscript
-from .array_lowering import IMAX, IMIN, Axis, Env
-from .base import Unsupported
+from kdsl.backends.array import analysis as aa
+from kdsl.backends.array.dialect import Val, atom, subscript
+from kdsl.backends.array.lowering import IMAX, IMIN, Axis, Env
+from kdsl.backends.base import Unsupported
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from kdsl import ir
 
-from .base import Unsupported
-from .triton_ir import (Hoister, RowValue, contains, free_names, inline, is_static,
+from kdsl.backends.base import Unsupported
+from kdsl.backends.lower.rewrite import (Hoister, RowValue, contains, free_names, inline, is_static,
                         replace_segment_of, subst)
 
 SEG = "__seg"

@@ -16,9 +16,9 @@ from __future__ import annotations
 from kdsl import ir
 from kdsl.sizes import evaluate
 
-from .base import Gene, Genome, Unsupported
-from .triton_dot_plan import Contraction, NotAContraction, analyze
-from .triton_dot_source import render_module, split_axes, tma_layout
+from kdsl.backends.base import Gene, Genome, Unsupported
+from kdsl.backends.triton.dot_plan import Contraction, NotAContraction, analyze
+from kdsl.backends.triton.dot_source import render_module, split_axes, tma_layout
 
 WIDE_TILES = (16, 32, 64, 128, 256)
 PAIR_TILES = (16, 32, 64)  # a gram tile covers F features; F is tens, not thousands

@@ -13,10 +13,10 @@ import json
 
 from kdsl import ir
 
-from . import array_analysis as aa
-from .array_dialect import Dialect, Val, atom
-from .array_module import array_genes, compute_source, load_module
-from .base import Built, Gene, Genome, Space, Unsupported
+from kdsl.backends.array import analysis as aa
+from kdsl.backends.array.dialect import Dialect, Val, atom
+from kdsl.backends.array.module import array_genes, compute_source, load_module
+from kdsl.backends.base import Built, Gene, Genome, Space, Unsupported
 
 _UFUNC = {
     "exp": "np.exp({0})", "log": "np.log({0})", "sqrt": "np.sqrt({0})",
@@ -33,7 +33,7 @@ class NumpyDialect(Dialect):
 
     def header(self, precision: str) -> list[str]:
         return ["import math", "", "import numpy as np", "",
-                "from kdsl.backends import numpy_runtime as rt", "",
+                "from kdsl.backends.array import numpy_runtime as rt", "",
                 f"F = np.{'float64' if precision == 'f64' else 'float32'}",
                 "W = np.float64", "I = np.int64", "B = np.bool_"]
 

@@ -14,7 +14,7 @@ from typing import Callable
 from kdsl import ir
 from kdsl.builtins import CONSTANTS
 
-from .base import Unsupported
+from kdsl.backends.base import Unsupported
 
 _fresh = itertools.count()
 

@@ -12,9 +12,9 @@ from kdsl import ir
 
 from kdsl import dtypes
 
-from .triton_expr import Emitter, ExprGen, Val, variants
-from .triton_helpers import HELPERS, with_needs
-from .triton_plan import Plan, flat_extent
+from kdsl.backends.triton.expr import Emitter, ExprGen, Val, variants
+from kdsl.backends.triton.helpers import HELPERS, with_needs
+from kdsl.backends.triton.plan import Plan, flat_extent
 
 TILE_CAP = 16384  # elements of one register tile ([BLOCK_R, BLOCK_C]); larger spills
 THREAD_CAP = 128  # tile elements a thread holds at most (past that, compiles crawl)
@@ -148,13 +148,14 @@ def programs(plan: Plan, split_column: bool) -> str:
 
 def examples(op: ir.Op) -> list[dict]:
     """Bench sizes with each kernel variant's dtype: what a static compile launches."""
-    from .triton_compile import example_for
+    from kdsl.backends.triton.compile import example_for
     return [example_for(op, d) for d, _ in variants(op)] if op.bench else []
 
 
 def module(op: ir.Op, doc: str, helpers: set[str], kernels: list[str],
-           launcher: list[str]) -> str:
-    parts = [f'"""{doc}"""\nimport triton\nimport triton.language as tl',
+           launcher: list[str], imports: str = "") -> str:
+    head = f'"""{doc}"""\n' + (imports + "\n" if imports else "")
+    parts = [head + "import triton\nimport triton.language as tl",
              f"EXAMPLES = {examples(op)!r}"]
     parts += [HELPERS[h].strip("\n") + "\n" for h in with_needs(helpers)]
     parts += kernels

@@ -32,10 +32,11 @@ import shutil
 
 from kdsl import ir
 
-from . import c_build, c_plan
-from .base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
-from .c_emit import CTYPE, SUPPORTED_CALLS
-from .c_render import Options, dims_text
+from kdsl.backends.c import build as c_build
+from kdsl.backends.c import plan as c_plan
+from kdsl.backends.base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
+from kdsl.backends.c.emit import CTYPE, SUPPORTED_CALLS
+from kdsl.backends.c.render import Options, dims_text
 
 THREADS = ("all", 1, 2)
 
@@ -112,7 +113,7 @@ class CBackend:
 
     # ---- code ----
     def render(self, op: ir.Op, genome: Genome, device: str) -> str:
-        from .c_render import render
+        from kdsl.backends.c.render import render
         why = self.supports(op, device)
         if why:
             raise Unsupported(why)

@@ -24,10 +24,10 @@ from kdsl import dtypes, ir
 from kdsl.builtins import CASTS, ELEMENTWISE
 from kdsl.show import format_expr
 
-from . import array_analysis as aa
-from .array_dialect import DTYPE, Dialect, Val, atom, fold_subscript, subscript
-from .array_gather import render_access
-from .base import Unsupported
+from kdsl.backends.array import analysis as aa
+from kdsl.backends.array.dialect import DTYPE, Dialect, Val, atom, fold_subscript, subscript
+from kdsl.backends.array.gather import render_access
+from kdsl.backends.base import Unsupported
 
 IMIN, IMAX = -(1 << 63), (1 << 63) - 1
 _axis_ids = itertools.count()
@@ -252,7 +252,7 @@ class Lowering:
             return self.binary(e, env)
         if isinstance(e, ir.Call):
             return self.call(e, env)
-        from .array_reduce import collective, reduce, scan
+        from kdsl.backends.array.reduce import collective, reduce, scan
         if isinstance(e, ir.Reduce):
             return reduce(self, e, env)
         if isinstance(e, ir.Scan):
@@ -322,7 +322,7 @@ class Lowering:
         return Val(code, kind, scalar=True) if scalar else self.let(code, kind, a.deps | b.deps)
 
     def call(self, e: ir.Call, env: Env) -> Val:
-        from .array_reduce import index_builtin
+        from kdsl.backends.array.reduce import index_builtin
         if e.fn in ("segment_of", "triu_row", "triu_col"):
             return index_builtin(self, e, env)
         args = [self.ev(a, env) for a in e.args]

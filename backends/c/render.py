@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from kdsl import dtypes, ir
 
-from . import c_plan
-from .c_code import Block, Loop, Style, render_lines
-from .c_emit import CTYPE, KIND, TMP_CTYPE, C, Emitter, Var, as_float
-from .c_nest import Nests
-from .c_prelude import PRELUDE, segment_helper, sort_helpers
+from kdsl.backends.c import plan as c_plan
+from kdsl.backends.c.code import Block, Loop, Style, render_lines
+from kdsl.backends.c.emit import CTYPE, KIND, TMP_CTYPE, C, Emitter, Var, as_float
+from kdsl.backends.c.nest import Nests
+from kdsl.backends.c.prelude import PRELUDE, segment_helper, sort_helpers
 
 LOAD = {"f32": "{}", "f64": "(float)({})", "bf16": "kd_ld_bf16({})", "f16": "kd_ld_f16({})",
         "i64": "{}", "i32": "(int64_t)({})", "bool": "(int)({})"}

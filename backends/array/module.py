@@ -8,10 +8,10 @@ import types
 
 from kdsl import ir
 
-from . import array_analysis as aa
-from .array_dialect import Dialect
-from .array_lowering import Lowering
-from .base import BuildError, Gene
+from kdsl.backends.array import analysis as aa
+from kdsl.backends.array.dialect import Dialect
+from kdsl.backends.array.lowering import Lowering
+from kdsl.backends.base import BuildError, Gene
 
 
 def array_genes(op: ir.Op, segment_methods: tuple[str, ...]) -> list[Gene]:

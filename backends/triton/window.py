@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from kdsl import ir
 
-from .triton_expr import INT64_MAX, INT64_MIN, Emitter, ExprGen, Val
-from .triton_kernel import (TILE_CAP, dispatch, dtype_suffixes, jit_function, launcher_head,
+from kdsl.backends.triton.expr import INT64_MAX, INT64_MIN, Emitter, ExprGen, Val
+from kdsl.backends.triton.kernel import (TILE_CAP, dispatch, dtype_suffixes, jit_function, launcher_head,
                             programs, prologue, py, store)
-from .triton_plan import Plan
+from kdsl.backends.triton.plan import Plan
 
 POS = "__pos"
 REDUCERS = ("max", "min", "sum", "mean")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kdsl import dtypes, ir
 
-from .base import BuildError, Built
+from kdsl.backends.base import BuildError, Built
 
 COMPILER = "cc"
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from kdsl import ir
 
-from .c_code import Block, Loop
-from .c_emit import CTYPE, C, Var, as_float, kind_of
-from .c_plan import binders, free_names, substitute
+from kdsl.backends.c.code import Block, Loop
+from kdsl.backends.c.emit import CTYPE, C, Var, as_float, kind_of
+from kdsl.backends.c.plan import binders, free_names, substitute
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from kdsl import ir
 
-from .triton_dot_expr import HELPERS, Run, TileScope
-from .triton_dot_plan import Axis, Contraction
+from kdsl.backends.triton.dot_expr import HELPERS, Run, TileScope
+from kdsl.backends.triton.dot_plan import Axis, Contraction
 
 
 def split_axes(plan: Contraction, flatten: bool):

@@ -16,7 +16,7 @@ from typing import Callable
 
 from kdsl import dtypes, ir
 
-from .base import Unsupported
+from kdsl.backends.base import Unsupported
 
 INT64_MIN = "(-9223372036854775807 - 1)"
 INT64_MAX = "9223372036854775807"

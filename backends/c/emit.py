@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from kdsl import dtypes, ir
 from kdsl.builtins import CASTS, ELEMENTWISE
 
-from .c_code import Block, Loop
-from .c_plan import binders, free_names
+from kdsl.backends.c.code import Block, Loop
+from kdsl.backends.c.plan import binders, free_names
 
 CTYPE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
          "i64": "int64_t", "i32": "int32_t", "bool": "uint8_t"}

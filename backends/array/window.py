@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kdsl import ir
 
-from . import array_analysis as aa
+from kdsl.backends.array import analysis as aa
 
 
 def affine(low, s: ir.Expr, env):
@@ -64,7 +64,7 @@ def _nonnegative(e: ir.Expr, dims) -> bool:
 def render_window(low, e: ir.Access, info, env, slice_part):
     """The read as a window view (a Val), or None when it is no stencil (or the gene says
     gather). ``slice_part(s, p)`` gives the plain-slice part of a subscript, or None."""
-    from .array_gather import Part, _basic
+    from kdsl.backends.array.gather import Part, _basic
     if low.genome.get("stencil", "window") != "window" or env.unchecked:
         return None
     pad = "None"

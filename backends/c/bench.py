@@ -1,7 +1,7 @@
 """Timing c kernels against the torch baseline at an op's ``bench cpu:`` sizes.
 
-    python -m kdsl.backends.c_bench softmax rmsnorm layernorm embedding_bag_sum
-    python -m kdsl.backends.c_bench softmax --try 'acc=double' --try 'vec=128'
+    python -m kdsl.backends.c.bench softmax rmsnorm layernorm embedding_bag_sum
+    python -m kdsl.backends.c.bench softmax --try 'acc=double' --try 'vec=128'
 
 Kernel and baseline runs are interleaved and their medians compared, so load
 from other processes on a shared machine hits both alike. Each ``--try`` is a
@@ -20,7 +20,7 @@ import torch
 from kdsl import baseline, cases, dtypes, spec
 from kdsl.sizes import shape_of
 
-from .c import BACKEND
+from kdsl.backends.c.backend import BACKEND
 
 
 def bench_point(op):

@@ -31,12 +31,12 @@ from contextlib import contextmanager
 
 from kdsl import ir
 
-from .base import Unsupported
-from .triton_expr import INT64_MAX, INT64_MIN, Emitter, ExprGen, Val, literal
-from .triton_kernel import (acc_shape, divisor_dims, dtype_suffixes, jit_function, prologue,
+from kdsl.backends.base import Unsupported
+from kdsl.backends.triton.expr import INT64_MAX, INT64_MIN, Emitter, ExprGen, Val, literal
+from kdsl.backends.triton.kernel import (acc_shape, divisor_dims, dtype_suffixes, jit_function, prologue,
                             rows_launcher, store)
-from .triton_plan import Plan, flat_extent
-from .triton_window import render as render_window, window_of
+from kdsl.backends.triton.plan import Plan, flat_extent
+from kdsl.backends.triton.window import render as render_window, window_of
 
 ONEPASS_MAX = 32768
 # an unrolled column's chunks all have their loads in flight at once: past UNROLL_CHUNKS

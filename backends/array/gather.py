@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from kdsl import ir
 
-from . import array_analysis as aa
-from .array_dialect import Val, subscript
-from .array_window import render_window
+from kdsl.backends.array import analysis as aa
+from kdsl.backends.array.dialect import Val, subscript
+from kdsl.backends.array.window import render_window
 
 
 @dataclass

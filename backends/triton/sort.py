@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from kdsl import ir
 
-from .triton_expr import INT64_MAX, Emitter, ExprGen, Val
-from .triton_kernel import (dispatch, dtype_suffixes, jit_function, launcher_head, programs,
+from kdsl.backends.triton.expr import INT64_MAX, Emitter, ExprGen, Val
+from kdsl.backends.triton.kernel import (dispatch, dtype_suffixes, jit_function, launcher_head, programs,
                             prologue, py, store)
-from .triton_plan import Plan
+from kdsl.backends.triton.plan import Plan
 
 NETWORK = '''
 @triton.jit

@@ -1,0 +1,229 @@
+"""Splitting an op into stages joined by scratch tensors.
+
+A generator renders one op as one kernel well when every reduction it computes is
+needed once per program: softmax's row maximum, a pooling window. It does not when a
+statistic is broadcast over axes that become program axes (batch norm's mean over
+(n, h, w) read by every (n, c, h, w): each program would recompute it), when a
+reduction sits inside another's body (a loss averaging a per-row log-sum-exp), or when
+a reduction to a few values would leave the GPU with a few programs. Staging fixes
+all three the same way:
+
+1. every reduction that is not the whole right side of its statement is hoisted into
+   an intermediate of its own, indexed by what it reads of its context;
+2. every statement whose right side is a reduction becomes a stage (a small op whose
+   one output is a scratch tensor, f32, or i64 for argmax/argmin); the elementwise
+   intermediates are inlined wherever they are read;
+3. a reduction stage with too few output points at the bench sizes to fill the
+   device is *peeled*: its outermost reduced indices become indices of a partial
+   result, and a second stage combines the partials (``mean`` of equal-sized partial
+   means is the mean; sum, max, min and prod combine as themselves);
+4. the outputs' statements, reading the scratch tensors, are the last stage.
+
+Each stage is a complete ``ir.Op`` (the op's dims, inputs and bench points, its own
+outputs), so every generator renders it as it renders any op. Nothing here knows an
+op by name or shape; the only size-dependent choice (how far to peel) is made from
+the bench point and is data for the caller to override.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from kdsl import ir
+from kdsl.backends.base import Unsupported
+from kdsl.backends.lower.rewrite import free_names, rebuild, subst
+
+PEELABLE = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "prod": "prod"}
+
+
+@dataclass(frozen=True)
+class Staged:
+    """An op as stages: each an op of its own; ``scratch`` are the tensors between them."""
+    op: ir.Op
+    stages: tuple[ir.Op, ...]
+    scratch: tuple[ir.Tensor, ...]
+    peeled: bool = False  # some reduction was split into partials and their combination
+
+
+def hoist_reductions(op: ir.Op) -> tuple[list[ir.Statement], dict[str, ir.Tensor]]:
+    """The op's statements with every reduction that is not a statement's whole right
+    side moved into an intermediate of its own (innermost first), and the intermediates'
+    tensors (new and old)."""
+    tensors = {t.name: t for t in op.tensors}
+    out: list[ir.Statement] = []
+    counter = [0]
+
+    def hoist(e: ir.Expr, context: list[tuple[str, ir.Expr]], top: bool) -> ir.Expr:
+        if isinstance(e, ir.Reduce):
+            inner = context + [(r.name, _extent(r)) for r in e.indices]
+            body = hoist(e.body, inner, False)
+            e = dataclasses.replace(e, body=body)
+            if top:
+                return e
+            free = free_names(e, op.dims)
+            keep = [(n, ext) for n, ext in context if n in free]
+            if None in (ext for _, ext in keep):
+                raise Unsupported("a reduction nested in a range that does not start at 0")
+            name = f"kd_r{counter[0]}"
+            counter[0] += 1
+            tensors[name] = ir.Tensor(name, "tmp", (_scratch_dtype(e),), None,
+                                      tuple(ext for _, ext in keep))
+            out.append(ir.Statement(name, tuple(n for n, _ in keep), e))
+            return ir.Access(name, tuple(ir.Name(n) for n, _ in keep))
+        if isinstance(e, (ir.Scan, ir.Collective)):
+            return e  # their bodies stay with them
+        return rebuild(e, lambda x: hoist(x, context, False))
+
+    for st in op.statements:
+        shape = tensors[st.target].shape
+        context = list(zip(st.indices, shape))
+        value = hoist(st.value, context, True)
+        out.append(dataclasses.replace(st, value=value))
+    return out, tensors
+
+
+def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024) -> Staged:
+    """``op`` as stages (see the module's docstring). Raises ``Unsupported`` when there
+    is nothing to split (no reduction)."""
+    statements, tensors = hoist_reductions(op)
+    reductions = [st for st in statements if isinstance(st.value, ir.Reduce)]
+    if not reductions:
+        raise Unsupported("no reduction to stage")
+    produced: list[ir.Statement] = []  # the statements of every stage, in order
+    for st in reductions:
+        produced += _peel(st, tensors, bench, min_programs, op)
+    materialized = {st.target for st in produced}
+    defs = {st.target: st for st in statements}
+    outputs = [t.name for t in op.outputs]
+    scratch = {name: dataclasses.replace(tensors[name], role="tmp")
+               for name in materialized if name not in outputs}
+
+    stages = []
+    for st in produced:
+        stages.append(_stage(op, f"{op.name}_s{len(stages)}", [st], defs, materialized,
+                             tensors, scratch))
+    rest = [defs[n] for n in outputs if n not in materialized]
+    if rest:
+        stages.append(_stage(op, f"{op.name}_s{len(stages)}", rest, defs, materialized,
+                             tensors, scratch))
+    return Staged(op, tuple(stages), tuple(scratch.values()),
+                  peeled=len(produced) > len(reductions))
+
+
+def _peel(st: ir.Statement, tensors, bench, min_programs, op) -> list[ir.Statement]:
+    """The stage(s) computing one reduction statement: itself, or partials then their
+    combination when its outputs would be too few programs at the bench sizes."""
+    red: ir.Reduce = st.value
+    if red.op not in PEELABLE or len(red.indices) < 2 or not bench:
+        return [st]
+    points = _size(tensors[st.target].shape, bench)
+    if points is None or points >= min_programs:
+        return [st]
+    order = _memory_order(red)
+    peeled = []
+    for r in order[:-1]:
+        if _extent(r) is None:
+            break
+        peeled.append(r)
+        size = _size(tuple(_extent(p) for p in peeled), bench)
+        if size is None or points * size >= min_programs:
+            break
+    if not peeled:
+        return [st]
+    rest = tuple(r for r in red.indices if r not in peeled)
+    name = f"{st.target}_part"
+    shape = tensors[st.target].shape + tuple(_extent(r) for r in peeled)
+    tensors[name] = ir.Tensor(name, "tmp", ("f32",), None, shape)
+    indices = st.indices + tuple(r.name for r in peeled)
+    partial = ir.Statement(name, indices, dataclasses.replace(red, indices=rest))
+    fresh = {r.name: ir.Name(f"{r.name}_p") for r in peeled}
+    combine = ir.Reduce(PEELABLE[red.op],
+                        tuple(dataclasses.replace(r, name=f"{r.name}_p") for r in peeled),
+                        ir.Access(name, tuple(ir.Name(n) for n in st.indices)
+                                  + tuple(fresh[r.name] for r in peeled)))
+    return [partial, dataclasses.replace(st, value=combine)]
+
+
+def _stage(op: ir.Op, name: str, own: list[ir.Statement], defs, materialized, tensors,
+           scratch) -> ir.Op:
+    """One stage as an op: ``own`` statements, the elementwise intermediates they read
+    (inlined by the generator), every input of the op and the scratch tensors read."""
+    need: list[ir.Statement] = []
+    reads: set[str] = set()
+
+    def visit(e: ir.Expr) -> None:
+        for n in ir.walk(e):
+            if isinstance(n, ir.Access):
+                if n.tensor in materialized:
+                    reads.add(n.tensor)
+                elif n.tensor in defs and defs[n.tensor] not in need:
+                    visit(defs[n.tensor].value)
+                    need.append(defs[n.tensor])
+            elif isinstance(n, ir.Call) and n.fn == "segment_of":
+                pass
+    for st in own:
+        visit(st.value)
+    targets = {st.target for st in own}
+    outs = [dataclasses.replace(tensors[t], role="out") for t in sorted(targets)
+            if t in scratch]
+    outs += [t for t in op.outputs if t.name in targets]
+    ins = list(op.inputs) + [dataclasses.replace(scratch[t], role="in")
+                             for t in sorted(reads - targets) if t in scratch]
+    ins += [dataclasses.replace(t, role="in") for t in op.outputs
+            if t.name in reads - targets]
+    tmps = [dataclasses.replace(tensors[st.target], role="tmp") for st in need]
+    return dataclasses.replace(op, name=name, tensors=tuple(ins + outs + tmps),
+                               statements=tuple(need + own), baseline=None)
+
+
+def _scratch_dtype(e: ir.Reduce) -> str:
+    return "i64" if e.op in ("argmax", "argmin") else "f32"
+
+
+def _extent(r: ir.IndexRange) -> ir.Expr | None:
+    """The extent of a bound index when it starts at 0 (a tensor can be indexed by it)."""
+    if isinstance(r.lo, ir.Num) and r.lo.value == 0:
+        return r.hi
+    return None
+
+
+def _size(shape, bench: dict[str, int]) -> int | None:
+    from kdsl.sizes import NotASize, evaluate
+    total = 1
+    try:
+        for e in shape:
+            total *= max(int(evaluate(e, bench)), 1)
+    except (NotASize, KeyError, TypeError):
+        return None
+    return total
+
+
+def _memory_order(red: ir.Reduce) -> list[ir.IndexRange]:
+    """The reduced indices, outermost in memory first: by where they subscript the
+    widest tensor the body reads (indices it does not subscript directly go last)."""
+    accesses = [n for n in ir.walk(red.body) if isinstance(n, ir.Access)]
+    if not accesses:
+        return list(red.indices)
+    widest = max(accesses, key=lambda a: len(a.subscripts))
+    where = {}
+    for p, s in enumerate(widest.subscripts):
+        for n in free_names(s):
+            where.setdefault(n, p)
+    return sorted(red.indices, key=lambda r: where.get(r.name, len(widest.subscripts)))
+
+
+def recomputed(values, program_axes: dict[str, ir.Expr], bench, dims) -> bool:
+    """Whether a fused kernel would compute a reduction again in programs that differ
+    only along axes it does not read: ``values`` are (body, ranges) of the reductions,
+    ``program_axes`` each program axis with its extent."""
+    for body, ranges in values:
+        free = free_names(body, dims)
+        for lo, hi in ranges:
+            free |= free_names(lo, dims) | free_names(hi, dims)
+        for axis, extent in program_axes.items():
+            if axis not in free and (_size((extent,), bench) or 2) > 1:
+                return True
+    return False
+
+
+__all__ = ["Staged", "hoist_reductions", "split", "recomputed", "subst"]

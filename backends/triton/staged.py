@@ -1,0 +1,86 @@
+"""A staged op (``lower.stages``) as one Triton module: each stage's kernels and launcher,
+then ``kernel(inputs, outputs, sizes)`` that allocates the scratch tensors on the
+outputs' device and runs the stages in order.
+
+A stage's genes are the genes of its class (from ``backend._genes``) under the prefix
+``s<k>.``, so a search tunes every stage, and each stage's defaults are its class's
+defaults at the bench sizes.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from kdsl import dtypes, ir
+from kdsl.backends.base import Gene, Unsupported
+from kdsl.backends.lower.stages import Staged
+from kdsl.backends.triton.kernel import py
+
+
+def prefix(k: int) -> str:
+    return f"s{k}."
+
+
+def genes(staged: Staged, genes_of) -> tuple[list[Gene], dict]:
+    """Every stage's genes and defaults, prefixed; ``genes_of(stage_op)`` gives a stage's."""
+    out, defaults = [], {}
+    for k, sub in enumerate(staged.stages):
+        gs, d = genes_of(sub)
+        out += [dataclasses.replace(g, name=prefix(k) + g.name) for g in gs]
+        defaults.update({prefix(k) + n: v for n, v in d.items()})
+    return out, defaults
+
+
+def stage_genome(genome: dict, k: int) -> dict:
+    p = prefix(k)
+    return {n[len(p):]: v for n, v in genome.items() if n.startswith(p)}
+
+
+def render(staged: Staged, genome: dict, render_stage) -> tuple[list[str], set, list[str]]:
+    """(kernels, helpers, launcher lines); ``render_stage(stage_op, genome, name)`` gives
+    one stage's (kernels, helpers, launcher lines) as a single op's generator does."""
+    kernels, helpers, launcher = [], set(), []
+    for k, sub in enumerate(staged.stages):
+        ks, hs, lines = render_stage(sub, stage_genome(genome, k), f"_kd_{sub.name}")
+        kernels += ks
+        helpers |= hs
+        head = lines.index("def kernel(inputs, outputs, sizes):")
+        knobs = [ln for ln in lines[:head] if ln.strip()]
+        launcher += [ln for ln in knobs if ln not in launcher]
+        launcher += [f"def _stage{k}(inputs, outputs, sizes):"] + lines[head + 1:] + [""]
+    launcher += _main(staged)
+    return kernels, helpers, launcher
+
+
+def _main(staged: Staged) -> list[str]:
+    op = staged.op
+    if not op.outputs:
+        raise Unsupported("a staged op needs an output")
+    lines = ["def kernel(inputs, outputs, sizes):"]
+    lines += [f"    d_{d} = int(sizes['{d}'])" for d in op.dims]
+    anchor = op.outputs[0].name
+    lines.append(f"    device = outputs['{anchor}'].device")
+    lines.append("    scratch = {}")
+    for t in staged.scratch:
+        shape = ", ".join(f"max({py(e)}, 0)" for e in t.shape)
+        shape = f"({shape},)" if t.shape else "()"
+        kind = dtypes.TORCH[t.dtypes[0]]
+        lines.append(f"    scratch['{t.name}'] = torch.empty({shape}, device=device, "
+                     f"dtype=torch.{kind})")
+    for k, sub in enumerate(staged.stages):
+        ins = [t.name for t in sub.tensors if t.role == "in"]
+        outs = [t.name for t in sub.tensors if t.role == "out"]
+        src = {t.name: ("inputs" if t.role == "in" else "outputs") for t in op.tensors
+               if t.role in ("in", "out")}
+        def ref(n):
+            return f"{src[n]}['{n}']" if n in src else f"scratch['{n}']"
+        ins_s = ", ".join(f"'{n}': {ref(n)}" for n in ins)
+        outs_s = ", ".join(f"'{n}': {ref(n)}" for n in outs)
+        lines.append(f"    _stage{k}({{{ins_s}}}, {{{outs_s}}}, sizes)")
+    return lines
+
+
+def imports() -> str:
+    return "import torch"
+
+
+__all__ = ["genes", "render", "stage_genome", "imports", "ir"]

@@ -1,0 +1,358 @@
+"""KernelBench from kdsl's own specs: every problem's default kernel (and, with --budget,
+the best of a search) against torch eager and torch.compile, on the GPU.
+
+    python bench/kernelbench.py --level 1 --out DIR [--problems 1-18,23] [--budget N]
+                                [--workers 8] [--kernelbench CHECKOUT] [--timeout 120]
+    python bench/kernelbench.py --merge A/kernelbench.json B/kernelbench.json --out DIR
+
+The specs are ``specs/kernelbench/level<L>/NN_name.kspec``. Each problem is evaluated by
+the evaluator every search candidate goes through (correctness on fresh cases and at the
+bench point against the float64 oracle, then timing in the same worker as the
+baseline): once with torch.compile as the baseline (the full correctness stage), once
+with eager torch (the bench dtype only). With ``--budget N`` a search of N evaluations
+follows, and its best is timed again against torch.compile. With ``--kernelbench`` (a
+checkout of ScalingIntelligence/KernelBench) each spec's baseline is also run beside the
+problem's own ``Model`` on the Model's inputs (spec inputs are the forward's arguments
+in order, then the module's parameters in order) and the two are compared.
+
+Writes DIR/kernelbench.json (rewritten after every problem: a run stopped part-way keeps
+what it measured) and DIR/kernelbench.md. Families are KernelBench level 1's own groups
+of problem numbers, for the summary only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from concurrent.futures import as_completed
+from datetime import datetime, timezone
+from pathlib import Path
+
+from script_args import device_name, device_ready  # bench/script_args.py
+
+ROOT = Path(__file__).resolve().parent.parent
+FAMILIES_L1 = [("matmul", range(1, 19)), ("activation", range(19, 33)),
+               ("norm", range(33, 41)), ("pooling", range(41, 47)),
+               ("reduction", [47, 48, 49, 51, 52, 53]), ("conv", [50] + list(range(54, 88))),
+               ("scan", range(89, 94)), ("loss/attention", [88] + list(range(94, 101)))]
+# dense peaks of an H200 (datasheet, TFLOP/s) for the arithmetic roofline of contractions
+PEAK_TFLOPS = {"f32": 67.0, "tf32": 494.0, "bf16": 989.0, "f16": 989.0}
+
+
+def family(level: int, number: int) -> str:
+    if level != 1:
+        return f"level{level}"
+    return next((name for name, nums in FAMILIES_L1 if number in nums), "other")
+
+
+def parse_problems(text: str | None) -> set[int] | None:
+    if not text:
+        return None
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def spec_files(level: int, wanted: set[int] | None) -> list[tuple[int, Path]]:
+    folder = ROOT / "specs" / "kernelbench" / f"level{level}"
+    found = []
+    for p in sorted(folder.glob("*.kspec")):
+        m = re.match(r"(\d+)_", p.name)
+        if m and (wanted is None or int(m.group(1)) in wanted):
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def contraction_flops(op, sizes: dict) -> int | None:
+    """2 x output points x reduction points of each sum of a product (matmul, conv)."""
+    from kdsl import ir
+    from kdsl.sizes import evaluate
+    total = 0
+    for st in op.statements:
+        v = st.value
+        if isinstance(v, ir.Reduce) and v.op == "sum" and isinstance(v.body, ir.Binary) \
+                and v.body.op == "*":
+            points = 1
+            for e in op.tensor(st.target).shape:
+                points *= evaluate(e, sizes)
+            for r in v.indices:
+                try:
+                    points *= max(evaluate(r.hi, sizes) - evaluate(r.lo, sizes), 0)
+                except Exception:
+                    return None
+            total += 2 * points
+    return total or None
+
+
+def kernelbench_check(kb_dir: Path, level: int, number: int, op) -> dict:
+    """Run KernelBench's Model and the spec's baseline on the Model's own inputs."""
+    import importlib.util
+
+    import torch
+    from kdsl import baseline
+    from kdsl.search.timing import bench_point
+    files = list((kb_dir / "KernelBench" / f"level{level}").glob(f"{number}_*.py"))
+    if not files:
+        return {"kb_agrees": None, "kb_note": "no KernelBench file"}
+    try:
+        spec = importlib.util.spec_from_file_location(f"kb_{number}", files[0])
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        torch.manual_seed(0)
+        model = mod.Model(*mod.get_init_inputs()).cuda()
+        args = [a.cuda() if torch.is_tensor(a) else a for a in mod.get_inputs()]
+        with torch.no_grad():
+            want = model(*args)
+            tensors = [a for a in args if torch.is_tensor(a)] + \
+                [p.detach() for p in model.parameters()]
+            names = [t.name for t in op.inputs]
+            if len(tensors) < len(names):
+                return {"kb_agrees": None, "kb_note": "fewer Model tensors than spec inputs"}
+            ins = dict(zip(names, tensors))
+            point = bench_point(op, "cuda")
+            got = baseline.outputs_of(op, baseline.baseline_callable(op, point.size_dict(), ins)())
+        got = next(iter(got.values()))
+        want = want if torch.is_tensor(want) else torch.as_tensor(want)
+        if tuple(got.shape) != tuple(want.shape) and got.numel() == want.numel():
+            got = got.reshape(want.shape)
+        ok = tuple(got.shape) == tuple(want.shape) and torch.allclose(
+            got.float(), want.float(), rtol=1e-2, atol=1e-2)
+        return {"kb_agrees": bool(ok), "kb_note": "" if ok else
+                f"shape {tuple(got.shape)} vs {tuple(want.shape)}, max diff "
+                f"{(got.float() - want.float()).abs().max().item() if got.shape == want.shape else '-'}"}
+    except Exception as e:  # a report, not a crash: the other problems still run
+        return {"kb_agrees": None, "kb_note": f"{type(e).__name__}: {str(e)[:160]}"}
+
+
+def geomean(xs):
+    xs = [x for x in xs if x]
+    return round(math.exp(sum(math.log(x) for x in xs) / len(xs)), 3) if xs else None
+
+
+def summary(rows: list[dict]) -> dict:
+    def block(rs):
+        n = len(rs)
+        ok = [r for r in rs if r.get("ok")]
+        best = lambda r: r.get("best_ms") or r.get("kernel_ms")  # noqa: E731
+        vs_c = [r["compile_ms"] / best(r) if r.get("compile_ms") and best(r) else None
+                for r in ok]
+        vs_e = [r["eager_ms"] / best(r) if r.get("eager_ms") and best(r) else None for r in ok]
+        dflt_c = [r["compile_ms"] / r["kernel_ms"] if r.get("compile_ms") and r.get("kernel_ms")
+                  else None for r in ok]
+        return {"problems": n, "correct": len(ok),
+                "default_geomean_vs_compile": geomean(dflt_c),
+                "geomean_vs_compile": geomean(vs_c), "geomean_vs_eager": geomean(vs_e),
+                "fast1_vs_compile": sum(1 for x in vs_c if x and x > 1.0),
+                "fast1.5_vs_compile": sum(1 for x in vs_c if x and x > 1.5),
+                "fast1_vs_eager": sum(1 for x in vs_e if x and x > 1.0),
+                "fast1.5_vs_eager": sum(1 for x in vs_e if x and x > 1.5)}
+    fams: dict[str, list] = {}
+    for r in rows:
+        fams.setdefault(r["family"], []).append(r)
+    return {"all": block(rows), "families": {k: block(v) for k, v in fams.items()}}
+
+
+def write(out: Path, meta: dict, rows: list[dict]) -> str:
+    rows = sorted(rows, key=lambda r: r["problem"])
+    s = summary(rows)
+    (out / "kernelbench.json").write_text(json.dumps({"meta": meta, "rows": rows,
+                                                      "summary": s}, indent=2))
+    f = lambda v: "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa
+    lines = [f"{meta['date']} · {meta['device']} · level {meta['level']} · budget "
+             f"{meta['budget']} · torch {meta['versions'].get('torch')} · triton "
+             f"{meta['versions'].get('triton')}", "",
+             "| # | op | family | ok | kernel ms | best ms | eager ms | compile ms | floor ms | "
+             "roofline ms | compile/kernel | eval s | note |", "|" + "---|" * 13]
+    for r in rows:
+        ratio = (r["compile_ms"] / (r.get("best_ms") or r["kernel_ms"])
+                 if r.get("ok") and r.get("compile_ms") and r.get("kernel_ms") else None)
+        lines.append(f"| {r['problem']} | {r['op']} | {r['family']} | {'yes' if r.get('ok') else 'no'} "
+                     f"| {f(r.get('kernel_ms'))} | {f(r.get('best_ms'))} | {f(r.get('eager_ms'))} "
+                     f"| {f(r.get('compile_ms'))} | {f(r.get('floor_ms'))} | "
+                     f"{f(r.get('roofline_ms'))} | {f(ratio and round(ratio, 3))} | "
+                     f"{f(r.get('eval_s'))} | {(r.get('message') or r.get('kb_note') or '')[:90]} |")
+    lines += ["", "| family | problems | correct | default geomean vs compile | geomean vs "
+              "compile | geomean vs eager | fast_1 compile | fast_1.5 compile | fast_1 eager |",
+              "|" + "---|" * 9]
+    for name, b in list(s["families"].items()) + [("all", s["all"])]:
+        lines.append(f"| {name} | {b['problems']} | {b['correct']} | "
+                     f"{f(b['default_geomean_vs_compile'])} | {f(b['geomean_vs_compile'])} | "
+                     f"{f(b['geomean_vs_eager'])} | {b['fast1_vs_compile']} | "
+                     f"{b['fast1.5_vs_compile']} | {b['fast1_vs_eager']} |")
+    text = "\n".join(lines) + "\n"
+    (out / "kernelbench.md").write_text(text)
+    return text
+
+
+def merge(paths: list[str], out: Path) -> int:
+    rows, meta = {}, None
+    for p in paths:
+        data = json.loads(Path(p).read_text())
+        meta = meta or data["meta"]
+        for r in data["rows"]:
+            rows[r["problem"]] = r
+    out.mkdir(parents=True, exist_ok=True)
+    print(write(out, dict(meta, merged=paths), list(rows.values())))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--level", type=int, default=1)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--problems", help="numbers and ranges, e.g. 1-18,23 (default: all)")
+    ap.add_argument("--budget", type=int, default=0, help="search evaluations a problem")
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds an evaluation")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--kernelbench", help="a KernelBench checkout, to check each baseline")
+    ap.add_argument("--merge", nargs="+", metavar="KERNELBENCH_JSON")
+    args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, Path(args.out))
+    try:
+        wanted = parse_problems(args.problems)
+    except ValueError:
+        print(f"kernelbench: error: --problems '{args.problems}' is not like 1-18,23",
+              file=sys.stderr)
+        return 2
+    files = spec_files(args.level, wanted)
+    if not files:
+        print(f"kernelbench: error: no specs for level {args.level} in specs/kernelbench",
+              file=sys.stderr)
+        return 2
+    if not device_ready("kernelbench", args.device):
+        return 2
+    from kdsl import backends, spec
+    from kdsl.search.candidate import Candidate
+    from kdsl.search.executors import PoolExecutor
+    from kdsl.search.jobs import EvalConfig, EvalJob
+    from kdsl.search.runs import versions
+    from kdsl.search.timing import bench_dtype, bench_point
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    backend = "triton" if args.device == "cuda" else "c"
+    meta = {"device": device_name(args.device), "level": args.level, "budget": args.budget,
+            "backend": backend, "versions": versions(), "timeout_s": args.timeout}
+    rows: dict[int, dict] = {}
+    pool = PoolExecutor(workers=args.workers)
+    futures = {}
+    try:
+        for number, path in files:
+            row = {"problem": number, "family": family(args.level, number),
+                   "spec": str(path.relative_to(ROOT))}
+            rows[number] = row
+            try:
+                op = spec.load(path).ops[0]
+                row["op"] = op.name
+                b = backends.get(backend)
+                cand = Candidate.of(backend, b.space(op, args.device).default(), origin="default")
+            except Exception as e:
+                row.update(op=path.stem, ok=False, stage="spec/render",
+                           message=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                continue
+            point = bench_point(op, args.device)
+            dtype = bench_dtype(op, point, None)
+            sizes = point.size_dict()
+            flops = contraction_flops(op, sizes)
+            if flops:
+                peak = PEAK_TFLOPS["tf32" if dtype == "f32" else dtype]
+                row.update(flops=flops, roofline_ms=round(flops / (peak * 1e9), 5))
+            row.update(shape=sizes, dtype=dtype)
+            full = EvalConfig(device=args.device, baseline="compile", timeout_s=args.timeout,
+                              reps=20)
+            quick = EvalConfig(device=args.device, baseline="eager", timeout_s=args.timeout,
+                               reps=20, dtypes=(dtype,), seeds=(1,), cases_per_dtype=1)
+            futures[pool.submit(EvalJob(op, cand, full))] = (number, "compile", op, path)
+            futures[pool.submit(EvalJob(op, cand, quick))] = (number, "eager", op, path)
+        for fut in as_completed(futures):
+            number, mode, op, path = futures[fut]
+            row = rows[number]
+            try:
+                res = fut.result()
+            except Exception as e:
+                res = None
+                row.setdefault("message", f"{mode}: {type(e).__name__}: {e}"[:200])
+            if res is not None and mode == "compile":
+                a = res.artifacts or {}
+                row.update(ok=res.ok, stage=res.stage, kernel_ms=res.time_ms,
+                           compile_ms=res.baseline_ms if res.baseline_name == "torch.compile"
+                           else None, floor_ms=a.get("floor_ms"),
+                           eval_s=round(sum((a.get("stage_s") or {}).values()), 1),
+                           stage_s=a.get("stage_s"),
+                           message="" if res.ok else res.message.splitlines()[0][:200])
+            elif res is not None:
+                row.update(eager_ms=res.baseline_ms, eager_kernel_ms=res.time_ms,
+                           eager_ok=res.ok)
+            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            print(json.dumps({k: row.get(k) for k in ("problem", "op", "ok", "kernel_ms",
+                                                      "eager_ms", "compile_ms", "message")}),
+                  flush=True)
+            write(out, dict(meta, date=f"{started} to {now}"), list(rows.values()))
+        if args.budget > 0:
+            search_all(args, rows, files, out, pool, meta, started)
+        if args.kernelbench:
+            for number, path in files:
+                if "op" in rows[number]:
+                    op = spec.load(path).ops[0]
+                    rows[number].update(kernelbench_check(Path(args.kernelbench), args.level,
+                                                          number, op))
+    finally:
+        pool.shutdown()
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    print(write(out, dict(meta, date=f"{started} to {now}"), list(rows.values())))
+    return 0
+
+
+def search_all(args, rows, files, out: Path, pool, meta, started) -> None:
+    """A search of ``--budget`` evaluations a correct problem; its best timed again
+    against torch.compile (the search's own rewards are against eager)."""
+    from kdsl import spec
+    from kdsl.search import runs
+    from kdsl.search.candidate import Candidate
+    from kdsl.search.display import LogDisplay
+    from kdsl.search.jobs import SEARCH_SLOW_CUTOFF, EvalConfig, EvalJob
+    from kdsl.search.settings import SearchSettings
+    from kdsl.search.timing import bench_dtype, bench_point
+    for number, path in files:
+        row = rows[number]
+        if not row.get("ok"):
+            continue
+        op = spec.load(path).ops[0]
+        point = bench_point(op, args.device)
+        dtype = bench_dtype(op, point, None)
+        settings = SearchSettings(
+            spec=str(path), op=op.name, backends=("triton",), device=args.device,
+            policy="mcts", seed=0, budget=args.budget, workers=args.workers, executor="pool",
+            llm="off", use_priors=False,
+            eval=EvalConfig(device=args.device, dtypes=(dtype,), seeds=(1,), reps=10,
+                            baseline="eager", slow_cutoff=SEARCH_SLOW_CUTOFF,
+                            timeout_s=args.timeout))
+        try:
+            _, summ = runs.start(settings, out / "runs" / op.name, str(out / "cache.msgpack"),
+                                 LogDisplay(every=max(1, args.budget // 4)), None)
+            best = (summ.get("best") or {})
+            genome = best.get("genome")
+            if genome is None:
+                continue
+            cand = Candidate.of("triton", genome, origin="best")
+            res = pool.submit(EvalJob(op, cand, EvalConfig(
+                device=args.device, baseline="compile", timeout_s=args.timeout, reps=20,
+                dtypes=(dtype,)))).result()
+            if res.ok and res.time_ms:
+                row.update(best_ms=min(res.time_ms, row.get("kernel_ms") or res.time_ms),
+                           best_genome=genome)
+        except Exception as e:  # the default's figures stand
+            row["search_note"] = f"{type(e).__name__}: {str(e)[:160]}"
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        write(out, dict(meta, date=f"{started} to {now}"), list(rows.values()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
