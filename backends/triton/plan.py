@@ -124,7 +124,9 @@ def make_plan(op: ir.Op) -> Plan:
         inner = scan_index.pop()
         rows = [n for n in lhs if n != inner]
     elif rvs:
-        free = [n for n in lhs if n not in rv_free]
+        # an output index the reductions do not read is stored along the column, unless
+        # its extent is 1 (a kept reduced dim): then it is a program axis of one
+        free = [n for n in lhs if n not in rv_free and shape[n] != ir.Num(1)]
         inner = free[-1] if free else None
         rows = [n for n in lhs if n != inner]
     else:
