@@ -35,6 +35,8 @@ class EvalConfig:
                                           # the baseline's time gets no more runs (None: all
                                           # reps; searches set SEARCH_SLOW_CUTOFF)
     baseline: str = "auto"                # 'auto' (compile on cuda, eager on cpu) | 'eager' | 'compile'
+    also_baselines: tuple[str, ...] = ()  # more baselines timed beside it (artifact
+                                          # 'baselines_ms'): a benchmark's eager figure too
     timeout_s: float = 300.0              # wall clock per evaluation, build included
     memory_mb: int = 8192                 # address-space limit of a CPU worker
     exclusive_bench_bytes: int = 1 << 30  # bench points this big hold the GPU for the whole

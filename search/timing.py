@@ -482,6 +482,12 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
     with lap("baseline"):
         base = time_baseline(op, case, device, baseline_mode(config), config, timer, cache,
                              compile_fn, hold, waited=arts)
+    for extra in config.also_baselines:
+        if extra != baseline_mode(config):
+            with lap(f"baseline_{extra}"):
+                other = time_baseline(op, case, device, extra, config, timer, cache,
+                                      compile_fn, hold, waited=arts)
+            arts.setdefault("baselines_ms", {})[other.name] = other.ms
     run = lambda: kernel(ins, outs, dict(case.sizes))  # noqa: E731
     with lap("timed_runs"), hold(), torch.no_grad():
         # one timed run first: a kernel already far slower than the baseline is ranked by

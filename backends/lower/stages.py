@@ -150,30 +150,48 @@ def _stage(op: ir.Op, name: str, own: list[ir.Statement], defs, materialized, te
     (inlined by the generator), every input of the op and the scratch tensors read."""
     need: list[ir.Statement] = []
     reads: set[str] = set()
+    inputs = {t.name for t in op.inputs}
 
     def visit(e: ir.Expr) -> None:
         for n in ir.walk(e):
             if isinstance(n, ir.Access):
-                if n.tensor in materialized:
+                if n.tensor in materialized or n.tensor in inputs:
                     reads.add(n.tensor)
                 elif n.tensor in defs and defs[n.tensor] not in need:
                     visit(defs[n.tensor].value)
                     need.append(defs[n.tensor])
-            elif isinstance(n, ir.Call) and n.fn == "segment_of":
-                pass
+            elif isinstance(n, ir.Name) and n.name in inputs:  # segment_of(offsets, i)
+                reads.add(n.name)
     for st in own:
         visit(st.value)
     targets = {st.target for st in own}
     outs = [dataclasses.replace(tensors[t], role="out") for t in sorted(targets)
             if t in scratch]
     outs += [t for t in op.outputs if t.name in targets]
-    ins = list(op.inputs) + [dataclasses.replace(scratch[t], role="in")
-                             for t in sorted(reads - targets) if t in scratch]
+    # only the inputs it reads: a stage's kernels are compiled once per dtype they see
+    ins = [t for t in op.inputs if t.name in reads]
+    ins += [dataclasses.replace(scratch[t], role="in")
+            for t in sorted(reads - targets) if t in scratch]
     ins += [dataclasses.replace(t, role="in") for t in op.outputs
             if t.name in reads - targets]
     tmps = [dataclasses.replace(tensors[st.target], role="tmp") for st in need]
-    return dataclasses.replace(op, name=name, tensors=tuple(ins + outs + tmps),
+    present = {t.name for t in ins + outs + tmps}
+    every = tuple(_own_dtypes(op, t, present) for t in ins + outs + tmps)
+    return dataclasses.replace(op, name=name, tensors=every,
                                statements=tuple(need + own), baseline=None)
+
+
+def _own_dtypes(op: ir.Op, t: ir.Tensor, present: set[str]) -> ir.Tensor:
+    """``t`` with a ``like`` of a tensor the stage does not have replaced by the dtypes
+    that tensor declares (the op's one type variable either way)."""
+    if t.like is None or t.like in present:
+        return t
+    holder = op.tensor(t.like)
+    while holder.like is not None and holder.like not in present:
+        holder = op.tensor(holder.like)
+    if holder.like is not None:
+        return dataclasses.replace(t, like=holder.like)
+    return dataclasses.replace(t, like=None, dtypes=holder.dtypes)
 
 
 def _scratch_dtype(e: ir.Reduce) -> str:

@@ -36,6 +36,9 @@ from kdsl.backends.triton import sort as triton_sort
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4)
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+# a static window of at most this many taps (a pooling window, 1-3 dims) is read tap by
+# tap, each tap one vector load along the row axis, instead of as a [rows, taps] tile
+WINDOW_TAPS = 64
 COLS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
@@ -423,7 +426,7 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
         return {"reduce": "online" if "online" in strategies else "looped",
                 "BLOCK_R": br, "BLOCK_C": _pick(COLS, min(_np2(cols), max(1, 2048 // br))),
                 "num_warps": 4}
-    if plan.static_column and plan.inner is None and cols <= 8:
+    if plan.static_column and plan.inner is None and cols <= WINDOW_TAPS:
         # a short window (pooling): many outputs per program (H200, max_pool1d bf16: 0.21
         # ms against 0.28 ms for a [512, 4] one-pass tile), read by stride phases, one
         # vector load per phase (H200, 2026-12-03: 0.104 ms, 1.09x the floor; tap by tap,
