@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from kdsl import ir
 from kdsl.backends.base import Unsupported
-from kdsl.backends.lower.rewrite import free_names, rebuild, subst
+from kdsl.backends.lower.rewrite import free_names, inline, rebuild, subst
 
 PEELABLE = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "prod": "prod"}
 
@@ -89,9 +89,13 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024) -> Staged:
     reductions = [st for st in statements if isinstance(st.value, ir.Reduce)]
     if not reductions:
         raise Unsupported("no reduction to stage")
+    operands = _computed_operands(statements, reductions)
     produced: list[ir.Statement] = []  # the statements of every stage, in order
-    for st in reductions:
-        produced += _peel(st, tensors, bench, min_programs, op)
+    for st in statements:
+        if st in reductions:
+            produced += _peel(st, tensors, bench, min_programs, op)
+        elif st.target in operands:
+            produced.append(st)
     materialized = {st.target for st in produced}
     defs = {st.target: st for st in statements}
     outputs = [t.name for t in op.outputs]
@@ -108,6 +112,34 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024) -> Staged:
                              tensors, scratch))
     return Staged(op, tuple(stages), tuple(scratch.values()),
                   peeled=len(produced) > len(reductions))
+
+
+def _computed_operands(statements, reductions) -> set[str]:
+    """Elementwise intermediates read as a factor of a sum of products along its reduced
+    indices (attention's probabilities times V): materialized, the sum is a contraction
+    of two reads, which a generator can render as a GEMM."""
+    defs = {st.target: st for st in statements}
+    out: set[str] = set()
+    for st in reductions:
+        red = st.value
+        if red.op not in ("sum", "mean"):
+            continue
+        reduced = {r.name for r in red.indices}
+        along = [f for f in _factors(red.body) if free_names(f) & reduced]
+        if len(along) < 2:  # not a contraction
+            continue
+        for f in along:
+            if isinstance(f, ir.Access) and f.tensor in defs and \
+                    not isinstance(defs[f.tensor].value, ir.Reduce) and \
+                    any(free_names(s) & reduced for s in f.subscripts):
+                out.add(f.tensor)
+    return out
+
+
+def _factors(e: ir.Expr) -> list[ir.Expr]:
+    if isinstance(e, ir.Binary) and e.op == "*":
+        return _factors(e.left) + _factors(e.right)
+    return [e]
 
 
 def _peel(st: ir.Statement, tensors, bench, min_programs, op) -> list[ir.Statement]:
@@ -174,11 +206,16 @@ def _stage(op: ir.Op, name: str, own: list[ir.Statement], defs, materialized, te
             for t in sorted(reads - targets) if t in scratch]
     ins += [dataclasses.replace(t, role="in") for t in op.outputs
             if t.name in reads - targets]
-    tmps = [dataclasses.replace(tensors[st.target], role="tmp") for st in need]
-    present = {t.name for t in ins + outs + tmps}
-    every = tuple(_own_dtypes(op, t, present) for t in ins + outs + tmps)
-    return dataclasses.replace(op, name=name, tensors=every,
-                               statements=tuple(need + own), baseline=None)
+    present = {t.name for t in ins + outs}
+    every = tuple(_own_dtypes(op, t, present) for t in ins + outs)
+    # the elementwise intermediates inlined: a stage is one statement an output, which
+    # every generator's pattern matching (a contraction's operands, say) reads directly
+    sub = dataclasses.replace(op, name=name, tensors=every + tuple(
+        dataclasses.replace(tensors[st.target], role="tmp") for st in need),
+        statements=tuple(need + own), baseline=None)
+    inlined = inline(sub)
+    return dataclasses.replace(sub, tensors=every, statements=tuple(
+        inlined[t.name] for t in every if t.role == "out"))
 
 
 def _own_dtypes(op: ir.Op, t: ir.Tensor, present: set[str]) -> ir.Tensor:

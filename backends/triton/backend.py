@@ -93,8 +93,7 @@ class TritonBackend:
             return Space(genes, tuple(defaults(op, device).items()) if defaults else ())
         lowered = _lowered(op)
         if isinstance(lowered, Staged):
-            genes, defaults = staged.genes(
-                lowered, lambda sub: _genes(sub, _plan(sub), _bench_sizes(sub)))
+            genes, defaults = staged.genes(lowered, lambda sub: _stage_genes(sub, device))
         else:
             genes, defaults = _genes(op, lowered, _bench_sizes(op))
         if device != "cuda":  # a register cap means nothing to the interpreter
@@ -112,10 +111,12 @@ class TritonBackend:
         genome = self.space(op, device).complete(genome)
         shown = ", ".join(f"{k}={v}" for k, v in sorted(genome.items()))
         if isinstance(lowered, Staged):
-            kernels, helpers, launcher = staged.render(lowered, genome, _render_one)
+            kernels, helpers, launcher, heads = staged.render(
+                lowered, genome, _render_one,
+                lambda sub, g: _dot().render(sub, g) if _dot().matches(sub) else None)
             doc = (f"kdsl triton kernel for '{op.name}' ({len(lowered.stages)} stages: "
-                   f"{', '.join(_plan(s).kind for s in lowered.stages)}); genome: {shown}")
-            return module(op, doc, helpers, kernels, launcher, staged.imports())
+                   f"{', '.join(_stage_kind(s) for s in lowered.stages)}); genome: {shown}")
+            return module(op, doc, helpers, kernels, launcher, staged.imports(heads))
         kernels, helpers, launcher = _render_one(op, genome, f"_kd_{op.name}")
         doc = f"kdsl triton kernel for '{op.name}' ({lowered.kind}); genome: {shown}"
         return module(op, doc, helpers, kernels, launcher)
@@ -218,6 +219,18 @@ def _plan(op: ir.Op) -> Plan:
     return make_plan(op)  # ops are frozen and hash structurally
 
 
+def _stage_kind(op: ir.Op) -> str:
+    return "contraction" if _dot().matches(op) else _plan(op).kind
+
+
+def _stage_genes(op: ir.Op, device: str):
+    """A stage's genes and defaults: a contraction's from the dot generator."""
+    dot = _dot()
+    if dot.matches(op):
+        return list(dot.genes(op, device)), dict(dot.defaults(op, device))
+    return _genes(op, _plan(op), _bench_sizes(op))
+
+
 def _render_one(op: ir.Op, genome: dict, name: str):
     plan = _plan(op)
     gen = triton_sort if plan.kind == "collective" else triton_rows
@@ -244,9 +257,8 @@ def _lowered(op: ir.Op) -> "Plan | Staged":
         except Unsupported:
             raise why from None
         for sub in lowered.stages:
-            if _dot().matches(sub):
-                raise why  # a contraction stage: rendered alone by the dot generator
-            _plan(sub)
+            if not _dot().matches(sub):
+                _plan(sub)
         return lowered
     if plan.kind == "collective" or not plan.row_values:
         return plan
@@ -261,7 +273,7 @@ def _lowered(op: ir.Op) -> "Plan | Staged":
         lowered = split(op, bench, MIN_PROGRAMS)
     except Unsupported:
         return plan
-    if lowered.peeled and all(not _dot().matches(s) for s in lowered.stages):
+    if lowered.peeled:
         return lowered  # peeled: partials fill the device
     return plan
 

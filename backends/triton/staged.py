@@ -35,11 +35,25 @@ def stage_genome(genome: dict, k: int) -> dict:
     return {n[len(p):]: v for n, v in genome.items() if n.startswith(p)}
 
 
-def render(staged: Staged, genome: dict, render_stage) -> tuple[list[str], set, list[str]]:
-    """(kernels, helpers, launcher lines); ``render_stage(stage_op, genome, name)`` gives
-    one stage's (kernels, helpers, launcher lines) as a single op's generator does."""
-    kernels, helpers, launcher = [], set(), []
+# the module-level names of a contraction module (dot_source), renamed per stage
+DOT_NAMES = ("GENOME", "SMEM_DEFAULT", "INDEX64_FROM", "DIMS", "_pow2", "fit", "configure",
+             "_smem", "kernel")
+
+
+def render(staged: Staged, genome: dict, render_stage, render_dot=None
+           ) -> tuple[list[str], set, list[str], list[str]]:
+    """(kernels, helpers, launcher lines, imports); ``render_stage(stage_op, genome, name)``
+    gives one stage's (kernels, helpers, launcher lines) as a single op's generator does;
+    ``render_dot(stage_op, genome)``, for a contraction stage, its whole module."""
+    kernels, helpers, launcher, imports = [], set(), [], []
     for k, sub in enumerate(staged.stages):
+        if render_dot is not None:
+            text = render_dot(sub, stage_genome(genome, k))
+            if text is not None:
+                body, heads = _contraction(text, k)
+                kernels.append(body)
+                imports += [h for h in heads if h not in imports]
+                continue
         ks, hs, lines = render_stage(sub, stage_genome(genome, k), f"_kd_{sub.name}")
         kernels += ks
         helpers |= hs
@@ -48,7 +62,29 @@ def render(staged: Staged, genome: dict, render_stage) -> tuple[list[str], set, 
         launcher += [ln for ln in knobs if ln not in launcher]
         launcher += [f"def _stage{k}(inputs, outputs, sizes):"] + lines[head + 1:] + [""]
     launcher += _main(staged)
-    return kernels, helpers, launcher
+    return kernels, helpers, launcher, imports
+
+
+def _contraction(text: str, k: int) -> tuple[str, list[str]]:
+    """A contraction module as one stage: its docstring and imports apart (returned, for
+    the module's head), its module-level names suffixed so that stages do not collide,
+    ``kernel`` renamed ``_stage<k>``."""
+    import re
+    lines = text.splitlines()
+    heads, rest, i = [], [], 0
+    if lines and lines[0].startswith('"""'):
+        i = 1
+    for ln in lines[i:]:
+        if (ln.startswith("import ") or ln.startswith("from ")) and not rest:
+            heads.append(ln)
+        else:
+            rest.append(ln)
+    body = "\n".join(rest)
+    for name in DOT_NAMES:
+        new = f"_stage{k}" if name == "kernel" else f"{name}_s{k}"
+        # a name, not an attribute or a string key (cfg["scalars"] stays)
+        body = re.sub(rf"(?<![\w.'\"]){re.escape(name)}\b", new, body)
+    return body.strip("\n") + "\n", heads
 
 
 def _main(staged: Staged) -> list[str]:
@@ -79,8 +115,9 @@ def _main(staged: Staged) -> list[str]:
     return lines
 
 
-def imports() -> str:
-    return "import torch"
+def imports(extra=()) -> str:
+    return "\n".join(["import torch"] + [h for h in extra if h != "import torch"
+                                          and not h.startswith("import triton")])
 
 
 __all__ = ["genes", "render", "stage_genome", "imports", "ir"]

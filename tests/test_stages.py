@@ -1,0 +1,131 @@
+"""lower.stages: ops split into stages joined by scratch tensors, and Triton's choice of
+when to split. The staged kernels themselves run in the interpreter against the reference
+in test_backend_triton.py (the NOVEL specs channel_norm, batch_nll, mean_sq)."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from kdsl import ir
+from kdsl import spec as kspec
+from kdsl.backends import Unsupported, get
+from kdsl.backends.lower.stages import Staged, hoist_reductions, split
+from kdsl.backends.triton import backend as tb
+
+
+def _op(text: str) -> ir.Op:
+    return kspec.parse_text(textwrap.dedent(text).strip() + "\n", "<test>").ops[0]
+
+
+CHANNEL_NORM = """
+    op cn
+      dims N, C, H, W
+      in  x: f32 | f16 [N, C, H, W]
+      out y: like x [N, C, H, W]
+      mu[c] = mean(n, h, w) x[n, c, h, w]
+      y[n, c, h, w] = x[n, c, h, w] - mu[c]
+      baseline x - x.mean(dim=(0, 2, 3), keepdim=True)
+      tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=2e-3, atol=4e-3)
+      test  N in 1..3, C in 1..3, H in 1..6, W in 1..9
+      bench N=64, C=64, H=512, W=512, dtype=f32
+"""
+
+NESTED = """
+    op nested
+      dims M, C
+      in  z: f32 [M, C]
+      out loss: f32 []
+      loss[] = sum(i) log(sum(j) exp(z[i, j]))
+      baseline torch.logsumexp(z, dim=1).sum()
+      tolerance f32(rtol=1e-5, atol=1e-5)
+      test  M in 1..12, C in 1..40
+      bench M=64, C=4096, dtype=f32
+"""
+
+ROWWISE = """
+    op rowwise
+      dims M, N
+      in  x: f32 [M, N]
+      out y: like x [M, N]
+      m[i] = max(j) x[i, j]
+      y[i, j] = x[i, j] - m[i]
+      baseline x - x.amax(dim=1, keepdim=True)
+      tolerance f32(rtol=1e-5, atol=1e-5)
+      test  M in 1..12, N in 1..40
+      bench M=32768, N=4096, dtype=f32
+"""
+
+
+def test_a_statistic_read_across_program_axes_is_staged_and_peeled():
+    op = _op(CHANNEL_NORM)
+    lowered = tb._lowered(op)
+    assert isinstance(lowered, Staged) and lowered.peeled
+    # partials over (c, n), their mean over n, then the pointwise output
+    assert [tb._plan(s).kind for s in lowered.stages] == ["rows", "rows", "pointwise"]
+    part = next(t for t in lowered.scratch if t.name.endswith("_part"))
+    assert [e.name for e in part.shape] == ["C", "N"]  # the outer reduced index peeled
+    last = lowered.stages[-1]
+    assert {t.name for t in last.tensors if t.role == "in"} == {"x", "mu"}
+
+
+def test_a_few_programs_are_not_peeled_when_the_bench_has_enough():
+    op = _op(CHANNEL_NORM)
+    staged = split(op, {"N": 64, "C": 4096, "H": 8, "W": 8}, min_programs=1024)
+    assert not staged.peeled and len(staged.stages) == 2
+
+
+def test_a_nested_reduction_is_hoisted_into_an_intermediate_of_its_context():
+    op = _op(NESTED)
+    statements, tensors = hoist_reductions(op)
+    inner = statements[0]
+    assert isinstance(inner.value, ir.Reduce) and inner.value.op == "sum"
+    assert inner.indices == ("i",)  # what it reads of the enclosing sum
+    assert [e.name for e in tensors[inner.target].shape] == ["M"]
+    outer = statements[-1].value
+    assert isinstance(outer, ir.Reduce)
+    assert any(isinstance(n, ir.Access) and n.tensor == inner.target for n in ir.walk(outer))
+    assert get("triton").supports(op, "cuda") is None  # was: a reduction depends on ['i']
+
+
+def test_row_statistics_stay_fused():
+    op = _op(ROWWISE)
+    assert not isinstance(tb._lowered(op), Staged)
+
+
+def test_no_reduction_is_nothing_to_stage():
+    op = _op("""
+        op plain
+          dims N
+          in  x: f32 [N]
+          out y: like x [N]
+          y[i] = x[i] * 2
+          baseline x * 2
+          tolerance f32(rtol=1e-6, atol=1e-6)
+          test  N in 1..10
+          bench N=1024, dtype=f32
+    """)
+    with pytest.raises(Unsupported):
+        split(op, {"N": 1024})
+
+
+def test_staged_genes_are_each_stages_genes_under_a_prefix():
+    op = _op(CHANNEL_NORM)
+    space = get("triton").space(op, "cuda")
+    names = {g.name for g in space.genes}
+    assert {"s0.BLOCK_C", "s1.BLOCK_R", "s2.BLOCK_C"} <= names
+    src = get("triton").render(op, space.default(), "cuda")
+    assert "import torch" in src and "torch.empty(" in src
+    assert src.count("def _stage") == 3
+
+
+def test_library_row_ops_are_not_staged():
+    """The library's fused kernels keep their measured form."""
+    for path, op in kspec.library_ops():
+        if tb._dot().matches(op):
+            continue
+        try:
+            lowered = tb._lowered(op)
+        except Unsupported:
+            continue
+        assert not isinstance(lowered, Staged), op.name
