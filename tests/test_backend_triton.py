@@ -171,6 +171,17 @@ NOVEL = {
           test  B in 1..3, D1 in 1..40, D2 in 1..70
           bench B=128, D1=4096, D2=4095, dtype=f32
         """,
+    "suffix_sum": """
+        op suffix_sum
+          dims M, N
+          in  x: f32 | f16 [M, N]
+          out y: like x [M, N]
+          y[i, j] = sum(k in j .. N) x[i, k]
+          baseline torch.flip(torch.cumsum(torch.flip(x, [1]), 1), [1])
+          tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=5e-2)
+          test  M in 1..8, N in 1..100
+          bench M=4096, N=4096, dtype=f32
+        """,
     "int_mix": """
         op int_mix
           dims N

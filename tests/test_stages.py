@@ -129,3 +129,57 @@ def test_library_row_ops_are_not_staged():
         except Unsupported:
             continue
         assert not isinstance(lowered, Staged), op.name
+
+
+SCANS = """
+    op scans
+      dims M, N
+      in  x: f32 [M, N]
+      out y: like x [M, N]
+      out z: like x [M, N]
+      y[i, j] = sum(k in j .. N) x[i, k]
+      z[i, j] = sum(k in 0 .. j + 1) x[i, k] * 2
+      baseline (torch.flip(torch.cumsum(torch.flip(x, [1]), 1), [1]), torch.cumsum(x, 1) * 2)
+      tolerance f32(rtol=1e-4, atol=1e-4)
+      test  M in 1..8, N in 1..100
+      bench M=4096, N=4096, dtype=f32
+"""
+
+
+def test_prefix_and_suffix_ranged_sums_become_scans():
+    from kdsl.backends.lower.scans import ranges_as_scans
+    op = ranges_as_scans(_op(SCANS))
+    z = next(st for st in op.statements if st.target == "z")
+    assert isinstance(z.value, ir.Scan) and z.value.op == "cumsum" and z.value.index == "j"
+    rev = next(st for st in op.statements if st.target.startswith("kd_rev"))
+    assert isinstance(rev.value, ir.Scan)  # a prefix scan of the reversed row ...
+    y = next(st for st in op.statements if st.target == "y")
+    assert isinstance(y.value, ir.Access) and y.value.tensor == rev.target  # ... read reversed
+    lowered = tb._lowered(_op(SCANS))  # the reversed scan is a stage of its own
+    assert isinstance(lowered, Staged)
+    assert [tb._stage_kind(s) for s in lowered.stages] == ["rows", "rows"]
+
+
+def test_attention_in_index_notation_is_two_gemms_and_a_softmax():
+    op = _op("""
+        op attn
+          dims B, S, D
+          in  q: f32 [B, S, D]
+          in  k: like q [B, S, D]
+          in  v: like q [B, S, D]
+          out y: like q [B, S, D]
+          s[b, i, j] = (sum(d) q[b, i, d] * k[b, j, d]) / sqrt(D)
+          m[b, i]    = max(j) s[b, i, j]
+          e[b, i, j] = exp(s[b, i, j] - m[b, i])
+          p[b, i, j] = e[b, i, j] / sum(j) e[b, i, j]
+          y[b, i, d] = sum(j) p[b, i, j] * v[b, j, d]
+          baseline F.scaled_dot_product_attention(q, k, v)
+          tolerance f32(rtol=2e-3, atol=2e-3)
+          test  B in 1..2, S in 1..40, D in 1..24
+          bench B=32, S=512, D=1024, dtype=f32
+    """)
+    lowered = tb._lowered(op)
+    kinds = [tb._stage_kind(s) for s in lowered.stages]
+    assert kinds[0] == "contraction" and kinds[-1] == "contraction"
+    src = get("triton").render(op, get("triton").space(op, "cuda").default(), "cuda")
+    assert "GENOME_s0" in src and f"GENOME_s{len(kinds) - 1}" in src

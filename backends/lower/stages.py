@@ -87,9 +87,10 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024) -> Staged:
     is nothing to split (no reduction)."""
     statements, tensors = hoist_reductions(op)
     reductions = [st for st in statements if isinstance(st.value, ir.Reduce)]
-    if not reductions:
+    flipped = _scans_read_elsewhere(statements)
+    if not reductions and not flipped:
         raise Unsupported("no reduction to stage")
-    operands = _computed_operands(statements, reductions)
+    operands = _computed_operands(statements, reductions) | flipped
     produced: list[ir.Statement] = []  # the statements of every stage, in order
     for st in statements:
         if st in reductions:
@@ -133,6 +134,19 @@ def _computed_operands(statements, reductions) -> set[str]:
                     not isinstance(defs[f.tensor].value, ir.Reduce) and \
                     any(free_names(s) & reduced for s in f.subscripts):
                 out.add(f.tensor)
+    return out
+
+
+def _scans_read_elsewhere(statements) -> set[str]:
+    """Scans read at a computed index (a reversed row, ``r[i, N - 1 - j]``): a scan runs
+    along its own index, so another stage reads its result."""
+    scans = {st.target for st in statements if isinstance(st.value, ir.Scan)}
+    out = set()
+    for st in statements:
+        for n in ir.walk(st.value):
+            if isinstance(n, ir.Access) and n.tensor in scans and \
+                    not all(isinstance(s, ir.Name) for s in n.subscripts):
+                out.add(n.tensor)
     return out
 
 

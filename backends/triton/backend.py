@@ -27,6 +27,7 @@ from kdsl import ir
 
 from kdsl.backends.base import BuildError, Built, Gene, Genome, Space, Unsupported
 from kdsl.backends.triton.kernel import divisor_dims, module
+from kdsl.backends.lower.scans import ranges_as_scans
 from kdsl.backends.lower.stages import Staged, recomputed, split
 from kdsl.backends.triton.plan import SEG, Plan, make_plan
 from kdsl.backends.triton import staged
@@ -95,7 +96,7 @@ class TritonBackend:
         if isinstance(lowered, Staged):
             genes, defaults = staged.genes(lowered, lambda sub: _stage_genes(sub, device))
         else:
-            genes, defaults = _genes(op, lowered, _bench_sizes(op))
+            genes, defaults = _genes(_canonical(op), lowered, _bench_sizes(op))
         if device != "cuda":  # a register cap means nothing to the interpreter
             genes = [g for g in genes if g.name.rpartition(".")[2] != "maxnreg"]
             defaults = {k: v for k, v in defaults.items()
@@ -117,7 +118,7 @@ class TritonBackend:
             doc = (f"kdsl triton kernel for '{op.name}' ({len(lowered.stages)} stages: "
                    f"{', '.join(_stage_kind(s) for s in lowered.stages)}); genome: {shown}")
             return module(op, doc, helpers, kernels, launcher, staged.imports(heads))
-        kernels, helpers, launcher = _render_one(op, genome, f"_kd_{op.name}")
+        kernels, helpers, launcher = _render_one(_canonical(op), genome, f"_kd_{op.name}")
         doc = f"kdsl triton kernel for '{op.name}' ({lowered.kind}); genome: {shown}"
         return module(op, doc, helpers, kernels, launcher)
 
@@ -244,11 +245,18 @@ MIN_PROGRAMS = 1024
 
 
 @lru_cache(maxsize=256)
+def _canonical(op: ir.Op) -> ir.Op:
+    """The op as the lowering reads it: prefix and suffix ranged sums as scans."""
+    return ranges_as_scans(op)
+
+
+@lru_cache(maxsize=256)
 def _lowered(op: ir.Op) -> "Plan | Staged":
     """The op's one fused plan, or its stages (``lower.stages``) when the fused plan does
     not exist or would compute a reduction again in programs that differ only along axes
     it does not read, or when its reductions leave too few programs and can be peeled."""
     bench = _bench_sizes(op)
+    op = _canonical(op)
     try:
         plan = _plan(op)
     except Unsupported as why:

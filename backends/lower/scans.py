@@ -1,0 +1,70 @@
+"""Ranged reductions that are prefix or suffix scans, rewritten as scans.
+
+``y[i, j] = sum(k in 0 .. j + 1) x[i, k]`` is an inclusive prefix sum and
+``y[i, j] = sum(k in j .. N) x[i, k]`` (N the extent of j) a suffix sum. Rendered as
+written, every output point walks its own range: quadratic work. As scans they are one
+pass: the prefix form becomes ``cumsum(j) x[i, j]``; the suffix form a prefix scan of
+the reversed row, read back reversed, ``r[i, j] = cumsum(j) x[i, N - 1 - j]`` and
+``y[i, j] = r[i, N - 1 - j]`` (the stage splitter materializes ``r``, a scan read at a
+computed index). Sums become cumsum and products cumprod; other reductions stay as
+written.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from kdsl import ir
+from kdsl.backends.lower.rewrite import free_names, rebuild, subst
+
+SCAN_OF = {"sum": "cumsum", "prod": "cumprod"}
+
+
+def ranges_as_scans(op: ir.Op) -> ir.Op:
+    """``op`` with every prefix or suffix ranged sum/prod over an output index rewritten;
+    ``op`` itself when there is none."""
+    tensors = list(op.tensors)
+    statements: list[ir.Statement] = []
+    changed = False
+    for st in op.statements:
+        shape = dict(zip(st.indices, op.tensor(st.target).shape))
+        extra: list[ir.Statement] = []
+
+        def visit(e: ir.Expr) -> ir.Expr:
+            nonlocal changed
+            e = rebuild(e, visit)
+            found = _scan_form(e, shape, op.dims)
+            if found is None:
+                return e
+            kind, j, body = found
+            changed = True
+            if kind == "prefix":
+                return ir.Scan(SCAN_OF[e.op], j, body)
+            extent = shape[j]
+            flip = ir.Binary("-", ir.Binary("-", extent, ir.Num(1)), ir.Name(j))
+            name = f"kd_rev{len(extra)}_{st.target}"
+            tensors.append(ir.Tensor(name, "tmp", ("f32",), None, op.tensor(st.target).shape))
+            extra.append(ir.Statement(name, st.indices,
+                                      ir.Scan(SCAN_OF[e.op], j, subst(body, {j: flip}))))
+            return ir.Access(name, tuple(flip if n == j else ir.Name(n) for n in st.indices))
+
+        value = visit(st.value)
+        statements += extra + [dataclasses.replace(st, value=value)]
+    if not changed:
+        return op
+    return dataclasses.replace(op, tensors=tuple(tensors), statements=tuple(statements))
+
+
+def _scan_form(e: ir.Expr, shape: dict, dims) -> tuple[str, str, ir.Expr] | None:
+    """('prefix' | 'suffix', output index j, body at k = j) of a ranged sum/prod over one
+    index k in 0 .. j + 1 or j .. extent(j) whose body reads j only through k."""
+    if not isinstance(e, ir.Reduce) or e.op not in SCAN_OF or len(e.indices) != 1:
+        return None
+    r = e.indices[0]
+    for j, extent in shape.items():
+        if j in free_names(e.body, dims):
+            continue
+        prefix = r.lo == ir.Num(0) and r.hi == ir.Binary("+", ir.Name(j), ir.Num(1))
+        suffix = r.lo == ir.Name(j) and r.hi == extent
+        if prefix or suffix:
+            return ("prefix" if prefix else "suffix", j, subst(e.body, {r.name: ir.Name(j)}))
+    return None
