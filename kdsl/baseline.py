@@ -30,8 +30,9 @@ def to_torch(op: ir.Op, dtype: str, inputs: dict[str, np.ndarray], device: str =
     out = {}
     for t in op.inputs:
         dt = dtypes.torch_dtype(op.dtype_of(t.name, dtype))
-        out[t.name] = torch.from_numpy(np.ascontiguousarray(inputs[t.name])).to(device=device,
-                                                                                  dtype=dt)
+        a = np.asarray(inputs[t.name])
+        a = np.ascontiguousarray(a).reshape(a.shape)  # (which makes a 0-d scalar 1-d)
+        out[t.name] = torch.from_numpy(a).to(device=device, dtype=dt)
     return out
 
 

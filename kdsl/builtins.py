@@ -51,6 +51,8 @@ def _b(name, arity, result, fn, doc):
 ELEMENTWISE: dict[str, Builtin] = dict([
     _b("exp", 1, "float", np.exp, "e**x"),
     _b("log", 1, "float", np.log, "natural logarithm"),
+    _b("log1p", 1, "float", np.log1p, "log(1 + x), exact near 0"),
+    _b("expm1", 1, "float", np.expm1, "exp(x) - 1, exact near 0"),
     _b("sqrt", 1, "float", np.sqrt, "square root"),
     _b("rsqrt", 1, "float", lambda x: 1.0 / np.sqrt(x), "1/sqrt(x)"),
     _b("tanh", 1, "float", np.tanh, "hyperbolic tangent"),

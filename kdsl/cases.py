@@ -198,6 +198,7 @@ def _offsets(n: int, total: int, label: str, rng: np.random.Generator) -> np.nda
 def _store(a: np.ndarray, dt: str) -> np.ndarray:
     if dt == "bf16":
         import torch
-        t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(torch.bfloat16)
+        f = np.ascontiguousarray(a, dtype=np.float32).reshape(a.shape)  # (0-d stays 0-d)
+        t = torch.from_numpy(f).to(torch.bfloat16)
         return t.to(torch.float32).numpy()
     return a.astype(dtypes.numpy_dtype(dt), copy=False)  # drawn as stored: no second copy

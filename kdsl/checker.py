@@ -16,8 +16,10 @@ from . import dtypes, ir
 from .builtins import CASTS, CONSTANTS, ELEMENTWISE, INDEX_BUILTINS
 from .domains import domain_errors, empty_domain_errors
 from .errors import Diagnostic
+from .extents import Why as _Why, affine_extent, from_readers, is_size
 from .intervals import IntervalEval
 from .parser import COLLECTIVES, REDUCTIONS, SCANS
+from .show import format_expr
 from .sizes import NotASize, corners, evaluate, ranges, valid
 
 BASELINE_NAMES = {"torch", "F", "kt", "math"}
@@ -177,18 +179,37 @@ class Checker:
             if isinstance(node, ir.Access):
                 self._readable(node, st)
         before = len(self.diagnostics)
+        declared = {r.name: r for r in st.ranges if r is not None}
         if target is not None:
             if len(target.shape) != len(st.indices):
                 self.fatal(st.loc, f"'{st.target}' has rank {len(target.shape)} but is "
                                    f"assigned with {len(st.indices)} indices")
-            for name, dim in zip(st.indices, target.shape):
+            for p, (name, dim) in enumerate(zip(st.indices, target.shape)):
+                if name in declared:
+                    hi = self._declared(declared[name], st)
+                    if not self._same_extent(hi, dim):
+                        self.fatal(_start(declared[name].hi), f"'{name}' is declared in 0 .. "
+                                   f"{format_expr(hi)} but dim {p} of '{st.target}' has size "
+                                   f"{format_expr(dim)}")
                 scope[name] = _Index(ZERO, dim, f"dim of {st.target}", False)
         else:
-            for name in st.indices:
-                ext = self._infer_extent(name, st.value)
+            for name in declared:  # first: the others' inference may read them
+                scope[name] = _Index(ZERO, self._declared(declared[name], st),
+                                     "its declared range", False)
+            for p, name in enumerate(st.indices):
+                if name in declared:
+                    continue
+                ext = self._infer_extent(name, st.value, scope)
+                if not isinstance(ext, tuple):
+                    ext = from_readers(self, st, p) or ext
+                if isinstance(ext, _Why):
+                    self.fatal(ext.loc, f"cannot infer the range of index '{name}' from "
+                                        f"{ext.what}; declare it on the left side, like "
+                                        f"{st.target}[.., {name} in 0 .. N]")
                 if ext is None:
-                    self.fatal(st.loc, f"cannot infer the range of index '{name}': "
-                                       f"it never indexes a tensor directly")
+                    self.fatal(st.loc, f"cannot infer the range of index '{name}': it never "
+                                       f"indexes a tensor directly; declare it on the left "
+                                       f"side, like {st.target}[.., {name} in 0 .. N]")
                 scope[name] = _Index(ZERO, ext[0], ext[1], False)
         value = self._resolve(st.value, scope, st, top=True)
         kind = self.kind(value, set(scope))
@@ -210,10 +231,32 @@ class Checker:
         self.defined.add(st.target)
         return dataclasses.replace(st, value=value)
 
-    def _infer_extent(self, name: str, expr: ir.Expr):
-        """The range of an index from its first plain use as a subscript. An index that
-        only reads offsets (``offsets[b]``, ``offsets[b + 1]``) counts segments: one
-        fewer than the offsets' entries for each step it reads ahead."""
+    def _declared(self, r: ir.IndexRange, st: ir.Statement) -> ir.Expr:
+        """The extent a left-side ``i in 0 .. HI`` declares: HI, a size at every sampled size."""
+        for bound, what in ((r.lo, "start"), (r.hi, "end")):
+            for sizes in self.samples:
+                try:
+                    value = evaluate(bound, sizes)
+                except NotASize as err:
+                    self.fatal(getattr(err.node, "loc", r.loc),
+                               f"the {what} of '{r.name}' on the left side: {err.why}")
+                where = ", ".join(f"{k}={v}" for k, v in sizes.items())
+                if what == "start" and value != 0:
+                    self.fatal(_start(bound), f"a left-side range starts at 0 ('{r.name}' runs "
+                                              f"over a dim of '{st.target}'), but this one "
+                                              f"starts at {value} at {where}")
+                if value < 0:
+                    self.fatal(_start(bound), f"the range of '{r.name}' ends at {value}, below "
+                                              f"0, at {where}")
+        return r.hi
+
+    def _infer_extent(self, name: str, expr: ir.Expr, scope: dict[str, _Index],
+                      around: tuple[ir.IndexRange, ...] = ()):
+        """The range of an index from its first plain use as a subscript, else from a
+        subscript affine in it (``_affine_extent``): (extent, origin), a ``_Why`` the
+        affine use failed, or None. An index that only reads offsets (``offsets[b]``,
+        ``offsets[b + 1]``) counts segments: one fewer than the offsets' entries for each
+        step it reads ahead. ``around``: explicit ranges bound beside it (``sum(g, k in ..)``)."""
         segment = None
         for node in ir.walk(expr):
             if not (isinstance(node, ir.Access) and node.tensor in self.tensors):
@@ -232,7 +275,7 @@ class Checker:
                 if segment is None or ahead > segment[2]:
                     segment = (t.shape[p], t.name, ahead)
         if segment is None:
-            return None
+            return affine_extent(self, name, expr, scope, around)
         dim, tensor, ahead = segment
         return _minus(dim, ahead), f"the segments of {tensor}"
 
@@ -262,7 +305,7 @@ class Checker:
             return self._resolve_call(e, scope, st)
         if isinstance(e, ir.Reduce):
             inner = dict(scope)
-            ranges_ = tuple(self._bind(r, e.body, inner, st, e.op) for r in e.indices)
+            ranges_ = tuple(self._bind(r, e.body, inner, st, e.op, e.indices) for r in e.indices)
             return dataclasses.replace(e, indices=ranges_,
                                        body=self._resolve(e.body, inner, st))
         if isinstance(e, ir.Scan):
@@ -275,7 +318,7 @@ class Checker:
         raise AssertionError(e)
 
     def _bind(self, r: ir.IndexRange, body: ir.Expr, scope: dict[str, _Index],
-              st: ir.Statement, what: str) -> ir.IndexRange:
+              st: ir.Statement, what: str, siblings=()) -> ir.IndexRange:
         # A bound index shadows an outer one of the same name inside the body, as in
         # y[i, j] = e[i, j] / sum(j) e[i, j].
         if r.lo is not None:
@@ -286,7 +329,13 @@ class Checker:
                                f"the range of '{r.name}' must be integer")
             scope[r.name] = _Index(lo, hi, "its range", True)
             return dataclasses.replace(r, lo=lo, hi=hi)
-        ext = self._infer_extent(r.name, body)
+        later = siblings[[x is r for x in siblings].index(True) + 1:] if siblings else ()
+        sized = tuple(x for x in later if x.lo is not None  # (those before it are in scope)
+                      and is_size(x.lo, self.op.dims) and is_size(x.hi, self.op.dims))
+        ext = self._infer_extent(r.name, body, scope, sized)
+        if isinstance(ext, _Why):
+            self.fatal(ext.loc, f"cannot infer the range of index '{r.name}' from "
+                                f"{ext.what}; write {what}({r.name} in 0..N)")
         if ext is None:
             self.fatal(r.loc, f"cannot infer the range of index '{r.name}'; "
                               f"write {what}({r.name} in 0..N)")
@@ -533,13 +582,14 @@ def _names_in(e: ir.Expr) -> set[str]:
 
 
 def _show(e: ir.Expr) -> str:
-    if isinstance(e, ir.Num):
-        return str(e.value)
-    if isinstance(e, ir.Name):
-        return e.name
-    if isinstance(e, ir.Binary):
-        return f"{_show(e.left)}{e.op}{_show(e.right)}"
-    return "?"
+    return format_expr(e)  # with the parentheses a nested size needs
+
+
+def _start(e: ir.Expr) -> ir.Loc:
+    """Where ``e`` starts in the source (a binary node's own location is its operator's)."""
+    while isinstance(e, ir.Binary):
+        e = e.left
+    return e.loc
 
 
 def check_op(op: ir.Op, path: str) -> tuple[ir.Op | None, list[Diagnostic]]:

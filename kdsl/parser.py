@@ -190,15 +190,18 @@ class _ToIR(Transformer):
         target, *rest = c
         value = rest[-1]
         subs = [s for s in rest[:-1] if s is not None]
-        names = []
+        names, ranges = [], []
         for s in subs:
-            if not isinstance(s, ir.Name):
+            if not isinstance(s, (ir.Name, ir.IndexRange)):
                 raise _Invalid(getattr(s, "loc", _loc(target)),
                                "the left side is indexed by plain index names, like y[i, j]")
             if s.name in names:
                 raise _Invalid(s.loc, f"index '{s.name}' appears twice on the left side")
             names.append(s.name)
-        return ("statement", ir.Statement(str(target), tuple(names), value, _loc(target)))
+            ranges.append(s if isinstance(s, ir.IndexRange) else None)
+        declared = tuple(ranges) if any(ranges) else ()
+        return ("statement", ir.Statement(str(target), tuple(names), value, _loc(target),
+                                          declared))
 
     def baseline_decl(self, meta, c):
         tok = c[0]

@@ -99,7 +99,9 @@ def format_op(op: ir.Op) -> str:
     lines = [f"op {op.name}  (hash {op.hash})", f"  dims {', '.join(op.dims)}"]
     lines += [f"  {format_tensor(t)}" for t in op.tensors]
     for s in op.statements:
-        lines.append(f"  {s.target}[{', '.join(s.indices)}] = {format_expr(s.value)}")
+        lhs = [n if not s.ranges or s.ranges[p] is None else _format_range(s.ranges[p])
+               for p, n in enumerate(s.indices)]
+        lines.append(f"  {s.target}[{', '.join(lhs)}] = {format_expr(s.value)}")
     if op.baseline:
         lines.append(f"  baseline {op.baseline.source}")
     if op.tolerance:

@@ -20,6 +20,7 @@ from kdsl.backends.base import Built, Gene, Genome, Space, Unsupported
 
 _UFUNC = {
     "exp": "np.exp({0})", "log": "np.log({0})", "sqrt": "np.sqrt({0})",
+    "log1p": "np.log1p({0})", "expm1": "np.expm1({0})",
     "rsqrt": "(1.0 / np.sqrt({0}))", "tanh": "np.tanh({0})", "erf": "rt.erf({0})",
     "sigmoid": "rt.sigmoid({0})", "silu": "rt.silu({0})", "relu": "np.maximum({0}, 0)",
     "abs": "np.abs({0})", "min": "np.minimum({0}, {1})", "max": "np.maximum({0}, {1})",

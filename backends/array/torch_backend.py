@@ -20,6 +20,7 @@ from kdsl.backends.base import Built, Gene, Genome, Space, Unsupported
 
 _UFUNC = {
     "exp": "torch.exp({0})", "log": "torch.log({0})", "sqrt": "torch.sqrt({0})",
+    "log1p": "torch.log1p({0})", "expm1": "torch.expm1({0})",
     "rsqrt": "torch.rsqrt({0})", "tanh": "torch.tanh({0})", "erf": "torch.erf({0})",
     "sigmoid": "torch.sigmoid({0})", "silu": "torch.nn.functional.silu({0})",
     "relu": "torch.relu({0})", "abs": "torch.abs({0})", "pow": "torch.pow({0}, {1})",

@@ -275,7 +275,8 @@ class Emitter:
                 C(f"kd_max64({x.text}, 0)", "i")
         if fn == "pow":
             return self.power(args[0], e.args[1], args[1])
-        floats = {"exp": "kd_exp", "log": "kd_log", "sqrt": "sqrtf", "rsqrt": "kd_rsqrt",
+        floats = {"exp": "kd_exp", "log": "kd_log", "log1p": "log1pf", "expm1": "expm1f",
+                  "sqrt": "sqrtf", "rsqrt": "kd_rsqrt",
                   "tanh": "kd_tanh", "erf": "erff", "sigmoid": "kd_sigmoid", "silu": "kd_silu"}
         if fn in floats:
             return C(f"{floats[fn]}({as_float(args[0])})", "f")

@@ -18,6 +18,7 @@ import numpy as np
 from kdsl import dtypes, ir
 from kdsl.builtins import CASTS, CONSTANTS, ELEMENTWISE
 
+from kdsl.backends.triton import helpers as shared
 from kdsl.backends.triton.dot_plan import ACC
 
 HELPERS = {
@@ -34,6 +35,9 @@ def _kdsl_floormod(a, b):
     r = a - q * b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 ''',
+    # libdevice's on a GPU, a portable form in the interpreter (helpers.py); the module
+    # reads the 'gpu' block's constants only when a kernel compiles, so its order is free
+    **{h: shared.HELPERS[h] for h in ("gpu", "log1p", "expm1")},
 }
 
 _UNARY_FLOAT = {"exp": "tl.exp", "log": "tl.log", "sqrt": "tl.sqrt", "rsqrt": "tl.rsqrt",
@@ -206,6 +210,9 @@ class TileScope:
         x = args[0]
         if fn in _UNARY_FLOAT:
             return Val(f"{_UNARY_FLOAT[fn]}({_f32(x)})", "float")
+        if fn in ("log1p", "expm1"):
+            self.helpers |= {"gpu", fn}
+            return Val(f"_kd_{fn}({_f32(x)})", "float")
         if fn == "tanh":
             return Val(f"(2.0 * tl.sigmoid(2.0 * {_f32(x)}) - 1.0)", "float")
         if fn == "silu":

@@ -27,8 +27,8 @@ from kdsl.builtins import CASTS, CONSTANTS
 ACC = ir.Name("@acc")
 FLOAT_CASTS = ("f16", "bf16", "f32", "f64")
 DOT_DTYPES = ("f32", "f16", "bf16")
-EPILOGUE_FNS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "silu", "relu",
-                "abs", "min", "max", "pow", "where")
+EPILOGUE_FNS = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "erf", "sigmoid",
+                "silu", "relu", "abs", "min", "max", "pow", "where")
 INDEX_OPS = ("+", "-", "*", "//", "%")
 
 

@@ -330,6 +330,7 @@ class ExprGen:
         args = [self(a) for a in e.args]
         axes = frozenset().union(*(a.axes for a in args))
         unary_float = {"exp": "tl.exp({})", "log": "tl.log({})", "sqrt": "tl.sqrt({})",
+                       "log1p": "_kd_log1p({})", "expm1": "_kd_expm1({})",
                        "rsqrt": "tl.rsqrt({})", "erf": "tl.erf({})",
                        "sigmoid": "tl.sigmoid({})", "silu": "({0} * tl.sigmoid({0}))",
                        "tanh": "_kd_tanh({})"}
@@ -343,6 +344,8 @@ class ExprGen:
                                ".primitive_bitwidth < 32)" % out)}[self.math]
                 self.em.helpers.add(helper)
                 unary_float = dict(unary_float, tanh=call)
+            if fn in ("log1p", "expm1"):  # libdevice's, accurate near 0 (helpers.py)
+                self.em.helpers.add(fn)
             a = self.to_float(args[0])
             if self.exp == "ftz" and fn in ("exp", "sigmoid", "silu") and not a.plain:
                 # (a constant or a dim stays with tl.exp: the helper reads its operand's dtype)

@@ -64,6 +64,36 @@ def _kd_tanh(x):
         r = tl.where(a < 0.05, s, tl.where(x < 0, -t, t))
     return r
 ''',
+    "log1p": '''
+@triton.jit
+def _kd_log1p(x):
+    # libdevice on a GPU; the interpreter has no libdevice: log(u) * x / (u - 1), u = 1 + x
+    # (the rounding of 1 + x cancels: Goldberg 1991, theorem 4), x itself where u is 1
+    if _KD_LIBDEVICE:
+        r = libdevice.log1p(x)
+    else:
+        u = 1.0 + x
+        d = u - 1.0
+        r = tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+        r = tl.where(u == float("inf"), u, r)
+    return r
+''',
+    "expm1": '''
+@triton.jit
+def _kd_expm1(x):
+    # libdevice on a GPU; the interpreter has no libdevice: (u - 1) * x / log(u), u = exp(x)
+    # (Kahan's form: the rounding of exp(x) cancels), x where u is 1, -1 where u - 1 is
+    if _KD_LIBDEVICE:
+        r = libdevice.expm1(x)
+    else:
+        u = tl.exp(x)
+        d = u - 1.0
+        lu = tl.log(u)
+        r = d * (x / tl.where(lu == 0.0, 1.0, lu))
+        r = tl.where(d == 0.0, x, tl.where(d == -1.0, -1.0, r))
+        r = tl.where(u == float("inf"), u, r)
+    return r
+''',
     "tanh_fast": '''
 @triton.jit
 def _kd_tanh_fast(x):
@@ -120,7 +150,8 @@ def _kd_mul(a, b):
 }
 
 # helpers a helper calls or reads (included with it)
-NEEDS = {"tanh": {"gpu"}, "tanh_approx": {"tanh"}, "exp_ftz": {"gpu"}}
+NEEDS = {"tanh": {"gpu"}, "tanh_approx": {"tanh"}, "exp_ftz": {"gpu"}, "log1p": {"gpu"},
+         "expm1": {"gpu"}}
 
 
 def with_needs(names: set[str]) -> list[str]:
