@@ -58,6 +58,10 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
     if len(plan.m) > 1 or len(plan.n) > 1:
         out.append(Gene("FLATTEN", (0, 1), doc="1: every index of a side joins the tile; "
                                                "0: only the innermost, the rest go to the grid"))
+    if "f32" in op.dtype_choices:
+        out.append(Gene("F32_DOT", ("ieee", "tf32x3"), doc="how f32 operands multiply: "
+                        "ieee (fused multiply-adds) or tf32x3 (three TF32 tensor-core "
+                        "products of the split operands, about f32's accuracy)"))
     if tma_layout(plan):
         out.append(Gene("TMA", (0, 1), doc="1: both factors' tiles by tensor descriptors "
                                            "(the copy engine; zero fill past the edges) "
@@ -74,6 +78,8 @@ def defaults(op: ir.Op, device: str) -> Genome:
     plan = _plan(op)
     sizes = _bench_sizes(op, device)
     g: Genome = {}
+    if "f32" in op.dtype_choices:
+        g["F32_DOT"] = "ieee"
     if tma_layout(plan):
         g["TMA"] = 0  # the pointer loads, but on the tile where TMA was timed (below)
     if len(plan.m) > 1 or len(plan.n) > 1:
@@ -106,6 +112,12 @@ def defaults(op: ir.Op, device: str) -> Genome:
                  GROUP_M=8, num_warps=8, num_stages=3)
         if tma_layout(plan) and not wide_m:
             g.update(TMA=1, GROUP_M=16, num_stages=4)
+        if _bench_dtype(op, device) == "f32":
+            # f32 operands: three TF32 products a step on the tensor cores; 128x128x32 on
+            # 8 warps compiles for sm_90 with no spills (tf32x3 128x256x64: 136 spilled
+            # registers; every ieee tile tried spilled 424-1446)
+            g.update(F32_DOT="tf32x3", BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8,
+                     num_stages=3)
     else:
         bm = min(max(16, _pow2(M)), 128)
         bn = min(max(16, _pow2(N)), 128)
@@ -135,6 +147,11 @@ def _shifted(plan: Contraction) -> bool:
             if not isinstance(s, ir.Name) and names & tiled and names & reduced:
                 return True
     return False
+
+
+def _bench_dtype(op: ir.Op, device: str) -> str | None:
+    points = [p for p in op.bench if p.device in (None, device)]
+    return points[0].dtype if points else None
 
 
 def _bench_sizes(op: ir.Op, device: str) -> dict[str, int]:

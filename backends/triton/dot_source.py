@@ -74,7 +74,7 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict) -> str:
     name = "kdsl_" + "".join(c if c.isalnum() else "_" for c in op.name)
     helpers: set[str] = set()
     tma = tma_layout(plan)
-    body = _kernel_body(op, plan, batch, m, n, helpers, tma)
+    body = _kernel_body(op, plan, batch, m, n, helpers, tma, genome.get("F32_DOT", "ieee"))
     ptrs = [f"t_{t}" for t in tensors(plan)] + (["desc_a", "desc_b"] if tma else [])
     dims = [f"d_{d}" for d in op.dims]
     params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k"] + [
@@ -128,15 +128,19 @@ _PROLOGUE = [
     "flat_m = lane_m % n_m",
     "flat_n = lane_n % n_n",
 ]
-_DOT = [
-    "if IEEE:",
-    '    acc = tl.dot(x_a, x_b, acc, input_precision="ieee")',
-    "else:",
-    "    acc = tl.dot(x_a, x_b, acc)",
-]
+def _dot(f32: str) -> list[str]:
+    """The MMA step. f32 operands (IEEE, set by the launcher) multiply as ``f32``:
+    'ieee' (fused multiply-adds, no tensor cores) or 'tf32x3' (three TF32 tensor-core
+    products of the split operands: about f32's accuracy at tensor-core speed); 16-bit
+    operands take the tensor cores as they are."""
+    return ["if IEEE:",
+            f'    acc = tl.dot(x_a, x_b, acc, input_precision="{f32}")',
+            "else:",
+            "    acc = tl.dot(x_a, x_b, acc)"]
 
 
-def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None) -> list[str]:
+def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
+                 f32: str = "ieee") -> list[str]:
     dims = TileScope(op, {}, helpers=helpers)
     body = list(_PROLOGUE)
     body += _decompose("pid_b", batch, dims) + _decompose("flat_m", m, dims)
@@ -145,13 +149,13 @@ def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None) -> list[
     rows = {ax.name: f"i_{ax.name}[:, None]" for ax in m}
     cols = {ax.name: f"i_{ax.name}[None, :]" for ax in n}
     run_m, run_n = _run(m, "flat_m[:, None]", "n_m"), _run(n, "flat_n[None, :]", "n_n")
-    body += _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma)
+    body += _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma, f32)
     out = TileScope(op, {**scalar, **rows, **cols}, helpers=helpers, runs=(run_m, run_n))
     return body + _epilogue(plan, m, n, out)
 
 
 def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpers,
-            tma=None) -> list[str]:
+            tma=None, f32: str = "ieee") -> list[str]:
     k_cols = {ax.name: f"i_{ax.name}[None, :]" for ax in plan.k}
     k_rows = {ax.name: f"i_{ax.name}[:, None]" for ax in plan.k}
     a_scope = TileScope(op, {**scalar, **rows, **k_cols}, helpers=helpers,
@@ -173,7 +177,7 @@ def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpe
         inner += b_lines
     if tma:
         inner = _tma_loads(*tma) + ["else:"] + ["    " + ln for ln in inner]
-    inner += _DOT
+    inner += _dot(f32)
     return ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
             "for k0 in range(0, n_k, BLOCK_K):"] + ["    " + ln for ln in inner]
 
