@@ -1,0 +1,92 @@
+"""KernelBench level 1 as kdsl specs (specs/kernelbench/level1): every problem's spec
+checks, every one outside the convolutions lowers to a Triton kernel and a C kernel with
+no code of its own, and bench/kernelbench.py's bookkeeping (problem lists, families,
+summaries, merges) is right. The kernels' speed is measured on a GPU by the script."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from kdsl import spec as kspec
+from kdsl.backends import get
+
+ROOT = Path(__file__).resolve().parent.parent
+LEVEL1 = ROOT / "specs" / "kernelbench" / "level1"
+sys.path.insert(0, str(ROOT / "bench"))
+import kernelbench  # noqa: E402  (bench/kernelbench.py)
+
+CONVOLUTIONS = {50} | set(range(54, 88))
+
+
+def _number(path: Path) -> int:
+    return int(re.match(r"(\d+)_", path.name).group(1))
+
+
+def _specs() -> list[Path]:
+    return sorted(LEVEL1.glob("*.kspec"), key=_number)
+
+
+def test_every_level1_problem_has_one_spec():
+    assert [_number(p) for p in _specs()] == list(range(1, 101))
+
+
+@pytest.mark.parametrize("path", _specs(), ids=lambda p: p.stem)
+def test_spec_checks_and_declares_gpu_and_cpu_bench_points(path):
+    op = kspec.load(path).ops[0]
+    assert op.baseline is not None
+    devices = {p.device for p in op.bench}
+    assert None in devices and "cpu" in devices
+
+
+@pytest.mark.parametrize("path", [p for p in _specs() if _number(p) not in CONVOLUTIONS],
+                         ids=lambda p: p.stem)
+def test_triton_and_c_lower_every_problem_but_the_convolutions(path):
+    op = kspec.load(path).ops[0]
+    triton = get("triton")
+    assert triton.supports(op, "cuda") is None
+    assert "@triton.jit" in triton.render(op, triton.space(op, "cuda").default(), "cuda")
+    assert get("c").supports(op, "cpu") is None
+
+
+def test_problem_lists_and_families():
+    assert kernelbench.parse_problems("1-3,7") == {1, 2, 3, 7}
+    assert kernelbench.parse_problems(None) is None
+    assert kernelbench.family(1, 36) == "norm" and kernelbench.family(1, 97) == "loss/attention"
+    assert kernelbench.family(1, 50) == "conv" and kernelbench.family(2, 5) == "level2"
+
+
+def _row(problem, ok, kernel, compile_, eager, fam="norm"):
+    return {"problem": problem, "op": f"p{problem}", "family": fam, "ok": ok,
+            "kernel_ms": kernel, "compile_ms": compile_, "eager_ms": eager}
+
+
+def test_summary_counts_fast_and_takes_geometric_means_over_correct_problems():
+    rows = [_row(1, True, 1.0, 2.0, 4.0), _row(2, True, 2.0, 1.0, 1.0),
+            _row(3, False, None, 1.0, 1.0)]
+    s = kernelbench.summary(rows)["all"]
+    assert s["problems"] == 3 and s["correct"] == 2
+    assert s["geomean_vs_compile"] == 1.0  # sqrt(2 * 0.5)
+    assert s["fast1_vs_compile"] == 1 and s["fast1.5_vs_compile"] == 1
+    assert s["fast1_vs_eager"] == 1
+
+
+def test_merge_keeps_the_latest_row_of_each_problem(tmp_path):
+    meta = {"device": "x", "level": 1, "budget": 0, "versions": {}, "date": "d"}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"meta": meta, "rows": [_row(1, False, None, 1.0, 1.0),
+                                                    _row(2, True, 1.0, 1.0, 1.0)]}))
+    b.write_text(json.dumps({"meta": meta, "rows": [_row(1, True, 0.5, 1.0, 1.0)]}))
+    assert kernelbench.merge([str(a), str(b)], tmp_path / "out") == 0
+    merged = json.loads((tmp_path / "out" / "kernelbench.json").read_text())
+    assert {r["problem"]: r["ok"] for r in merged["rows"]} == {1: True, 2: True}
+    assert "| 1 | p1 |" in (tmp_path / "out" / "kernelbench.md").read_text()
+
+
+def test_bad_problem_list_is_one_line_and_exit_2(capsys):
+    assert kernelbench.main(["--out", "/tmp/unused", "--problems", "a-b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kernelbench: error:")
