@@ -190,14 +190,16 @@ def write(out: Path, meta: dict, rows: list[dict]) -> str:
 
 
 def merge(paths: list[str], out: Path) -> int:
-    rows, meta = {}, None
+    rows, meta, dates = {}, None, []
     for p in paths:
         data = json.loads(Path(p).read_text())
         meta = meta or data["meta"]
+        dates.append(data["meta"].get("date", "?"))
         for r in data["rows"]:
-            rows[r["problem"]] = r
+            rows[r["problem"]] = r  # a later part's row of a problem replaces an earlier's
     out.mkdir(parents=True, exist_ok=True)
-    print(write(out, dict(meta, merged=paths), list(rows.values())))
+    print(write(out, dict(meta, date="; ".join(dates), merged=[Path(p).name for p in paths]),
+                list(rows.values())))
     return 0
 
 

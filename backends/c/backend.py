@@ -34,6 +34,7 @@ from kdsl import ir
 
 from kdsl.backends.c import build as c_build
 from kdsl.backends.c import plan as c_plan
+from kdsl.backends.lower.scans import ranges_as_scans
 from kdsl.backends.base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
 from kdsl.backends.c.emit import CTYPE, SUPPORTED_CALLS
 from kdsl.backends.c.render import Options, dims_text
@@ -51,6 +52,7 @@ class CBackend:
 
     # ---- capability ----
     def supports(self, op: ir.Op, device: str) -> str | None:
+        op = canonical(op)
         if device != "cpu":
             return f"the c backend runs on the CPU, not on '{device}'"
         for t in op.tensors:
@@ -70,6 +72,7 @@ class CBackend:
 
     # ---- search space ----
     def space(self, op: ir.Op, device: str) -> Space:
+        op = canonical(op)
         facts = _facts(op)
         genes = [Gene("threads", THREADS, doc="OpenMP threads"),
                  Gene("vec", (256, 128), ordered=True, doc="preferred vector width, bits"),
@@ -102,6 +105,7 @@ class CBackend:
         return Space(tuple(genes))
 
     def options(self, op: ir.Op, genome: Genome, device: str = "cpu") -> Options:
+        op = canonical(op)
         g = self.space(op, device).complete(genome)
         order = tuple(int(x) for x in str(g.get("order", "")).split(",") if x != "")
         return Options(threads=g["threads"], schedule=g.get("schedule", "static"), order=order,
@@ -113,6 +117,7 @@ class CBackend:
 
     # ---- code ----
     def render(self, op: ir.Op, genome: Genome, device: str) -> str:
+        op = canonical(op)
         from kdsl.backends.c.render import render
         why = self.supports(op, device)
         if why:
@@ -128,6 +133,13 @@ class CBackend:
     def build(self, op: ir.Op, source: str, device: str) -> Built:
         path, meta = c_build.compile_source(source)
         return c_build.load(op, path, meta)
+
+
+@functools.lru_cache(maxsize=256)
+def canonical(op: ir.Op) -> ir.Op:
+    """The op as the shared lowering reads it: prefix and suffix ranged sums as scans (a
+    suffix sum walked output by output is quadratic)."""
+    return ranges_as_scans(op)
 
 
 def _statement_problem(st: ir.Statement) -> str | None:

@@ -108,6 +108,8 @@ class ExprGen:
                  dtype: str):
         self.em, self.op, self.env, self.masks, self.dtype = em, op, env, masks, dtype
         self.extents: dict[str, ir.Expr] = {}  # program axis -> its extent
+        # (flat index, ranges) while a pass walks several reduction indices as one column
+        self.flat_column: tuple[Val, tuple] | None = None
         # tanh: 'libdevice'; 'fast' (exp and a fast division); 'approx' (the hardware's
         # tanh.approx.f32 where the first output is 16-bit, libdevice otherwise)
         self.math = "libdevice"
@@ -209,6 +211,31 @@ class ExprGen:
                 terms.append(" * ".join([base] + [f"({x})" for x in later]))
         return " + ".join(terms) or "0", axes
 
+    def _flat_tail(self, e: ir.Access, t: ir.Tensor):
+        """(address, axes) of a read whose trailing subscripts are the reduction indices of
+        a flattened column, in order and over the tensor's whole trailing dims (batch
+        norm's x[n, c, h, w] summed over (h, w)): the flat column index is the offset of
+        those dims, so no index is decoded by division. None otherwise."""
+        flat = self.flat_column
+        if flat is None or e.pad is not None:
+            return None
+        k, ranges = flat
+        n = len(ranges)
+        names = tuple(ir.Name(f"__k{p}") for p in range(n))
+        if len(e.subscripts) < n or tuple(e.subscripts[-n:]) != names or \
+                any(lo != ir.Num(0) for lo, _ in ranges) or \
+                tuple(t.shape[-n:]) != tuple(hi for _, hi in ranges):
+            return None
+        lead = [self(s) for s in e.subscripts[:-n]]
+        terms, axes = [], frozenset(k.axes)
+        for p, s in enumerate(lead):
+            axes |= s.axes
+            s = self.to_int(s)
+            later = [self.size(d) for d in t.shape[p + 1:]]
+            base = s.code if s.plain else f"{s.code}.to(tl.int64)"
+            terms.append(" * ".join([base] + [f"({x})" for x in later]))
+        return " + ".join(terms + [k.code]), axes
+
     def size(self, e: ir.Expr) -> str:
         v = self(e)
         return v.code
@@ -219,8 +246,12 @@ class ExprGen:
         t = self.op.tensor(e.tensor)
         if t.role != "in":
             raise Unsupported(f"a read of the output '{e.tensor}'")
-        subs = [self(s) for s in e.subscripts]
-        addr, axes = self.address(e.tensor, subs)
+        flat = self._flat_tail(e, t)
+        if flat is not None:
+            addr, axes = flat
+        else:
+            subs = [self(s) for s in e.subscripts]
+            addr, axes = self.address(e.tensor, subs)
         mask = self.mask_for(axes)
         inside = None
         if e.pad is not None:

@@ -259,10 +259,12 @@ class RowKernel:
                 q = gen.binary("//", k, stride) if stride.code != "1" else k
                 gen.env[f"__k{p}"] = gen.binary("+", lo, gen.binary("%", q, ext))
                 stride = gen.binary("*", stride, ext)
+            gen.flat_column = (k, tuple(ranges))  # reads of the whole tail: no decode
         try:
             yield k, mk, count
         finally:
             gen.masks.pop("C", None)
+            gen.flat_column = None
 
     # ---- reductions ----
     def body(self, e: ir.Expr, op: str) -> Val:
