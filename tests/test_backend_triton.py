@@ -182,6 +182,45 @@ NOVEL = {
           test  M in 1..8, N in 1..100
           bench M=4096, N=4096, dtype=f32
         """,
+    # a softmax along the slow axis: row lanes across the contiguous one
+    "softmax_dim0": """
+        op softmax_dim0
+          dims M, N
+          in  x: f32 | f16 [M, N]
+          out y: like x [M, N]
+          m[j] = max(i) x[i, j]
+          e[i, j] = exp(x[i, j] - m[j])
+          y[i, j] = e[i, j] / sum(i) e[i, j]
+          baseline torch.softmax(x, dim=0)
+          tolerance f32(rtol=1e-5, atol=1e-6) f16(rtol=1e-3, atol=1e-3)
+          test  M in 1..40, N in 1..40
+          bench M=4096, N=4096, dtype=f32
+        """,
+    # a statistic over two axes that are not adjacent, broadcast back (staged)
+    "center_cols": """
+        op center_cols
+          dims B, C, L
+          in  x: f32 [B, C, L]
+          out y: f32 [B, C, L]
+          y[b, c, l] = x[b, c, l] - mean(bb, ll) x[bb, c, ll]
+          baseline x - x.mean(dim=(0, 2), keepdim=True)
+          tolerance f32(rtol=1e-4, atol=1e-5)
+          test  B in 1..4, C in 1..6, L in 1..20
+          bench B=64, C=128, L=8192, dtype=f32
+        """,
+    # a contraction stage, then row statistics of its result (staged: a GEMM and rows)
+    "gram_softmax": """
+        op gram_softmax
+          dims N, D
+          in  x: f32 [N, D]
+          out y: f32 [N, N]
+          s[i, j] = sum(d) x[i, d] * x[j, d]
+          y[i, j] = exp(s[i, j] - max(k) s[i, k]) / sum(k) exp(s[i, k] - max(kk) s[i, kk])
+          baseline torch.softmax(x @ x.T, dim=1)
+          tolerance f32(rtol=1e-3, atol=1e-4)
+          test  N in 1..30, D in 1..8
+          bench N=4096, D=64, dtype=f32
+        """,
     "int_mix": """
         op int_mix
           dims N
