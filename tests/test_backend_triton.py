@@ -221,6 +221,32 @@ NOVEL = {
           test  N in 1..30, D in 1..8
           bench N=4096, D=64, dtype=f32
         """,
+    # a reduction over a range that grows with an outer index, inside another (staged)
+    "nested_dependent": """
+        op nested_dependent
+          dims M, N
+          in  x: f32 [M, N]
+          out y: f32 [M]
+          y[i] = sum(j) x[i, j] * max(k in 0 .. j + 1) x[i, k]
+          baseline (x * torch.cummax(x, -1).values).sum(-1)
+          tolerance f32(rtol=1e-5, atol=1e-5)
+          test  M in 1..8, N in 1..30
+          bench M=8, N=8, dtype=f32
+        """,
+    # outputs no single kernel can share: a stage each
+    "two_scans": """
+        op two_scans
+          dims M, N
+          in  x: f32 [M, N]
+          out y: f32 [M, N]
+          out z: f32 [M, N]
+          y[i, j] = cumsum(j) x[i, j]
+          z[i, j] = cumsum(i) x[i, j]
+          baseline (torch.cumsum(x, 1), torch.cumsum(x, 0))
+          tolerance f32(rtol=1e-5, atol=1e-5)
+          test  M in 1..20, N in 1..20
+          bench M=4096, N=4096, dtype=f32
+        """,
     "int_mix": """
         op int_mix
           dims N
@@ -746,19 +772,19 @@ def test_cpu_build_needs_the_interpreter():
 def test_unsupported_is_a_reason_not_a_crash():
     be = get("triton")
     text = textwrap.dedent("""
-        op nested_dependent
+        op scan_of_scan
           dims M, N
           in  x: f32 [M, N]
-          out y: f32 [M]
-          y[i] = sum(j) x[i, j] * max(k in 0 .. j + 1) x[i, k]
-          baseline x.sum(-1)
+          out y: f32 [M, N]
+          y[i, j] = cumsum(j) (cumsum(j) x[i, j])
+          baseline torch.cumsum(torch.cumsum(x, 1), 1)
           tolerance f32(rtol=1e-5, atol=1e-5)
           test  M in 1..8, N in 1..8
           bench M=8, N=8, dtype=f32
         """).strip() + "\n"
     op = kspec.parse_text(text).ops[0]
     reason = be.supports(op, "cuda")
-    assert reason is not None and "reduction" in reason
+    assert reason is not None and "scan of a scan" in reason
 
 
 # ---- subprocesses: the interpreter and static compiles ----------------------

@@ -183,3 +183,38 @@ def test_attention_in_index_notation_is_two_gemms_and_a_softmax():
     assert kinds[0] == "contraction" and kinds[-1] == "contraction"
     src = get("triton").render(op, get("triton").space(op, "cuda").default(), "cuda")
     assert "GENOME_s0" in src and f"GENOME_s{len(kinds) - 1}" in src
+
+
+def test_a_long_sum_against_few_outputs_is_split_into_chunks():
+    op = _op("""
+        op matvec
+          dims M, K
+          in  a: f32 [M, K]
+          in  x: f32 [K]
+          out y: f32 [M]
+          y[i] = sum(k) a[i, k] * x[k]
+          baseline a @ x
+          tolerance f32(rtol=2e-3, atol=1e-2)
+          test  M in 1..30, K in 1..20000
+          bench M=2048, K=1048576, dtype=f32
+    """)
+    lowered = tb._lowered(op)
+    assert isinstance(lowered, Staged) and lowered.peeled
+    assert [tb._stage_kind(s) for s in lowered.stages] == ["contraction", "rows"]
+    part = lowered.stages[0].statements[0]
+    reads = [n for n in ir.walk(part.value) if isinstance(n, ir.Access)]
+    assert all(r.pad == ir.Num(0) for r in reads)  # the last chunk reads zeros past K
+    # a square GEMM stays one kernel
+    square = _op("""
+        op mm
+          dims N
+          in  a: f32 [N, N]
+          in  b: f32 [N, N]
+          out c: f32 [N, N]
+          c[i, j] = sum(k) a[i, k] * b[k, j]
+          baseline a @ b
+          tolerance f32(rtol=2e-3, atol=2e-3)
+          test  N in 1..30
+          bench N=4096, dtype=f32
+    """)
+    assert tb._lowered(square) == tb.CONTRACTION

@@ -82,19 +82,25 @@ def hoist_reductions(op: ir.Op) -> tuple[list[ir.Statement], dict[str, ir.Tensor
     return out, tensors
 
 
-def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024) -> Staged:
-    """``op`` as stages (see the module's docstring). Raises ``Unsupported`` when there
-    is nothing to split (no reduction)."""
+def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
+          outputs_apart: bool = False) -> Staged:
+    """``op`` as stages (see the module's docstring); with ``outputs_apart`` the outputs
+    that are computed last get a stage each (outputs a single kernel cannot share: scans
+    along different axes). Raises ``Unsupported`` when there is nothing to split."""
     statements, tensors = hoist_reductions(op)
     reductions = [st for st in statements if isinstance(st.value, ir.Reduce)]
     flipped = _scans_read_elsewhere(statements)
-    if not reductions and not flipped:
+    if not reductions and not flipped and not (outputs_apart and len(op.outputs) > 1):
         raise Unsupported("no reduction to stage")
     operands = _computed_operands(statements, reductions) | flipped
     produced: list[ir.Statement] = []  # the statements of every stage, in order
+    peeled = False
     for st in statements:
         if st in reductions:
-            produced += _peel(st, tensors, bench, min_programs, op)
+            parts = _split_long(st, tensors, bench, op) or \
+                _peel(st, tensors, bench, min_programs, op)
+            peeled = peeled or len(parts) > 1
+            produced += parts
         elif st.target in operands:
             produced.append(st)
     materialized = {st.target for st in produced}
@@ -108,11 +114,10 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024) -> Staged:
         stages.append(_stage(op, f"{op.name}_s{len(stages)}", [st], defs, materialized,
                              tensors, scratch))
     rest = [defs[n] for n in outputs if n not in materialized]
-    if rest:
-        stages.append(_stage(op, f"{op.name}_s{len(stages)}", rest, defs, materialized,
+    for group in ([[st] for st in rest] if outputs_apart else [rest] if rest else []):
+        stages.append(_stage(op, f"{op.name}_s{len(stages)}", group, defs, materialized,
                              tensors, scratch))
-    return Staged(op, tuple(stages), tuple(scratch.values()),
-                  peeled=len(produced) > len(reductions))
+    return Staged(op, tuple(stages), tuple(scratch.values()), peeled=peeled)
 
 
 def _computed_operands(statements, reductions) -> set[str]:
@@ -154,6 +159,52 @@ def _factors(e: ir.Expr) -> list[ir.Expr]:
     if isinstance(e, ir.Binary) and e.op == "*":
         return _factors(e.left) + _factors(e.right)
     return [e]
+
+
+# a sum over one index this many times longer than the square root of its output points
+# is split along that index (split-K): the partial sums fill the device, and each adds a
+# chunk in f32 instead of one accumulator adding the whole range (a matrix-vector product
+# over K = 1,048,576 was wrong at the bench point in f32 with one accumulator)
+LONG_RATIO = 64
+CHUNK = 8192
+
+
+def _split_long(st: ir.Statement, tensors, bench, op) -> list[ir.Statement] | None:
+    """[partials, their sum] of a long sum of products over one index k in 0..K, k read
+    only as a subscript of the factors it touches: k = s * CHUNK + q, the factors padded
+    with 0 past K, partial[F, s] = sum(q) ..., then target[F] = sum(s) partial[F, s].
+    None where that does not apply or pay."""
+    red = st.value
+    if red.op != "sum" or len(red.indices) != 1 or not bench:
+        return None
+    r = red.indices[0]
+    extent = _extent(r)
+    length, points = _size((extent,), bench) if extent is not None else None, \
+        _size(tensors[st.target].shape, bench)
+    if length is None or points is None or length <= CHUNK or \
+            length <= LONG_RATIO * points ** 0.5:
+        return None
+    for f in _factors(red.body):
+        if r.name in free_names(f) and not (isinstance(f, ir.Access) and f.pad is None):
+            return None  # a factor that a zero pad would not zero
+    s, q = f"{r.name}_chunk", f"{r.name}_in"
+    chunks = ir.Binary("//", ir.Binary("+", extent, ir.Num(CHUNK - 1)), ir.Num(CHUNK))
+    at = ir.Binary("+", ir.Binary("*", ir.Name(s), ir.Num(CHUNK)), ir.Name(q))
+
+    def chunked(e: ir.Expr) -> ir.Expr:
+        if isinstance(e, ir.Access) and r.name in free_names(e):
+            return dataclasses.replace(e, subscripts=tuple(subst(x, {r.name: at})
+                                                           for x in e.subscripts),
+                                       pad=ir.Num(0))
+        return rebuild(e, chunked)
+    name = f"{st.target}_part"
+    tensors[name] = ir.Tensor(name, "tmp", ("f32",), None,
+                              tensors[st.target].shape + (chunks,))
+    partial = ir.Statement(name, st.indices + (s,), ir.Reduce(
+        "sum", (ir.IndexRange(q, ir.Num(0), ir.Num(CHUNK)),), chunked(red.body)))
+    combine = ir.Reduce("sum", (ir.IndexRange(s, ir.Num(0), chunks),),
+                        ir.Access(name, tuple(ir.Name(n) for n in st.indices) + (ir.Name(s),)))
+    return [partial, dataclasses.replace(st, value=combine)]
 
 
 def _peel(st: ir.Statement, tensors, bench, min_programs, op) -> list[ir.Statement]:

@@ -76,23 +76,20 @@ class TritonBackend:
     def supports(self, op: ir.Op, device: str) -> str | None:
         if device not in self.devices:
             return f"the triton backend runs on {' and '.join(self.devices)}, not {device}"
-        dot = _dot()
-        if dot is not None and dot.matches(op):
-            return None
         try:
             _lowered(op)
+            # the class generators may still refuse a detail (a scan of a scan): ask them
+            self.render(op, self.space(op, device).default(), device)
         except Unsupported as e:
             return str(e)
         return None
 
     # ---- search space ----
     def space(self, op: ir.Op, device: str) -> Space:
-        dot = _dot()
-        if dot is not None and dot.matches(op):
-            genes = tuple(dot.genes(op, device))
-            defaults = getattr(dot, "defaults", None)
-            return Space(genes, tuple(defaults(op, device).items()) if defaults else ())
         lowered = _lowered(op)
+        if lowered is CONTRACTION:
+            dot = _dot()
+            return Space(tuple(dot.genes(op, device)), tuple(dot.defaults(op, device).items()))
         if isinstance(lowered, Staged):
             genes, defaults = staged.genes(lowered, lambda sub: _stage_genes(sub, device))
         else:
@@ -105,10 +102,9 @@ class TritonBackend:
 
     # ---- source ----
     def render(self, op: ir.Op, genome: Genome, device: str) -> str:
-        dot = _dot()
-        if dot is not None and dot.matches(op):
-            return dot.render(op, genome)
         lowered = _lowered(op)
+        if lowered is CONTRACTION:
+            return _dot().render(op, genome)
         genome = self.space(op, device).complete(genome)
         shown = ", ".join(f"{k}={v}" for k, v in sorted(genome.items()))
         if isinstance(lowered, Staged):
@@ -238,6 +234,8 @@ def _render_one(op: ir.Op, genome: dict, name: str):
     return gen.render(op, plan, genome, name)
 
 
+CONTRACTION = "contraction"  # _lowered's answer for an op the dot generator renders whole
+
 # a reduction stage with fewer output points than this at the bench sizes is peeled
 # (its outer reduced indices become partial results' indices): an H200 has 132 SMs, and
 # a few programs an SM keep its memory busy
@@ -251,23 +249,33 @@ def _canonical(op: ir.Op) -> ir.Op:
 
 
 @lru_cache(maxsize=256)
-def _lowered(op: ir.Op) -> "Plan | Staged":
+def _lowered(op: ir.Op) -> "Plan | Staged | str":
     """The op's one fused plan, or its stages (``lower.stages``) when the fused plan does
     not exist or would compute a reduction again in programs that differ only along axes
     it does not read, or when its reductions leave too few programs and can be peeled."""
     bench = _bench_sizes(op)
+    if _dot().matches(op):
+        # a contraction is one GEMM, unless its sum is long against its outputs (split-K:
+        # partial GEMMs over chunks of the sum, then their sum); never peeled otherwise
+        try:
+            lowered = split(op, bench, min_programs=0)
+        except Unsupported:
+            return CONTRACTION
+        return lowered if lowered.peeled else CONTRACTION
     op = _canonical(op)
     try:
         plan = _plan(op)
     except Unsupported as why:
-        try:
-            lowered = split(op, bench, MIN_PROGRAMS)
-        except Unsupported:
-            raise why from None
-        for sub in lowered.stages:
-            if not _dot().matches(sub):
-                _plan(sub)
-        return lowered
+        for apart in (False, True):  # the outputs together, else a stage each
+            try:
+                lowered = split(op, bench, MIN_PROGRAMS, outputs_apart=apart)
+                for sub in lowered.stages:
+                    if not _dot().matches(sub):
+                        _plan(sub)
+                return lowered
+            except Unsupported:
+                continue
+        raise why from None
     if plan.kind == "collective" or not plan.row_values:
         return plan
     axes = dict(plan.scalar_axes)

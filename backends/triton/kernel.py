@@ -185,7 +185,7 @@ def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],
     warps, stages = int(genome.get("num_warps", 4)), int(genome.get("num_stages", 1))
     tile = min(TILE_CAP, THREAD_CAP * 32 * warps)
     rows = py(plan.row_axis[1]) if plan.row_axis is not None else "1"
-    if plan.column is not None and _static_py(plan.column):
+    if plan.column is not None and _static_py(plan.column, op.dims):
         col = f"max({py(plan.column[1])} - {py(plan.column[0])}, 1)"
     elif plan.kind == "rows" and plan.row_values and plan.static_column:
         col = f"max({py(flat_extent(plan.row_values[0].ranges))}, 1)"
@@ -225,7 +225,10 @@ def rows_launcher(op: ir.Op, plan: Plan, genome: dict, names: list[str],
     return lines
 
 
-def _static_py(rng) -> bool:
+def _static_py(rng, dims) -> bool:
+    """Whether both ends are size expressions of the dims alone (not of an index)."""
+    if any(isinstance(n, ir.Name) and n.name not in dims for e in rng for n in ir.walk(e)):
+        return False
     try:
         py(rng[0]), py(rng[1])
         return True
