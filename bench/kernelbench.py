@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -87,6 +88,13 @@ def contraction_flops(op, sizes: dict) -> int | None:
                     return None
             total += 2 * points
     return total or None
+
+
+def host_bytes(op, sizes: dict, dtype: str) -> int:
+    """What one worker holds on the host for a problem: its inputs and outputs three
+    times over (drawn, uploaded from, the oracle's) and a GiB besides."""
+    from kdsl.search.timing import traffic_bytes
+    return 3 * traffic_bytes(op, sizes, dtype) + (1 << 30)
 
 
 def kernelbench_check(kb_dir: Path, level: int, number: int, op) -> dict:
@@ -244,6 +252,11 @@ def main(argv=None) -> int:
             "backend": backend, "versions": versions(), "timeout_s": args.timeout}
     rows: dict[int, dict] = {}
     pool = PoolExecutor(workers=args.workers)
+    # problems whose bench tensors would not fit the host's memory once a worker (each
+    # worker keeps its problem's inputs, and the oracle's, on the host) go to a pool of
+    # as many workers as they fit (instance norm's 7.5 GB input, 8 at a time, was killed)
+    big = PoolExecutor(workers=1)
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     futures = {}
     try:
         for number, path in files:
@@ -273,7 +286,9 @@ def main(argv=None) -> int:
                               reps=20 if args.device == "cuda" else 5,
                               baseline="compile" if args.device == "cuda" else "eager",
                               also_baselines=("eager",) if args.device == "cuda" else ())
-            futures[pool.submit(EvalJob(op, cand, full))] = (number, "compile", op, path)
+            heavy = host_bytes(op, sizes, dtype) * args.workers > 0.6 * host
+            futures[(big if heavy else pool).submit(EvalJob(op, cand, full))] = \
+                (number, "compile", op, path)
         for fut in as_completed(futures):
             number, mode, op, path = futures[fut]
             row = rows[number]
@@ -308,6 +323,7 @@ def main(argv=None) -> int:
                                                           number, op))
     finally:
         pool.shutdown()
+        big.shutdown()
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     print(write(out, dict(meta, date=f"{started} to {now}"), list(rows.values())))
     return 0
