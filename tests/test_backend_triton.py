@@ -247,6 +247,22 @@ NOVEL = {
           test  M in 1..20, N in 1..20
           bench M=4096, N=4096, dtype=f32
         """,
+    # a row dot product and norms, averaged to a scalar: row reductions, not GEMM tiles
+    "cos_loss": """
+        op cos_loss
+          dims N, D
+          in  a: f32 [N, D]
+          in  b: f32 [N, D]
+          out y: f32 []
+          dot[i] = sum(d) a[i, d] * b[i, d]
+          na[i] = sqrt(sum(d) a[i, d] ** 2)
+          nb[i] = sqrt(sum(d) b[i, d] ** 2)
+          y[] = mean(i) (1 - dot[i] / max(na[i] * nb[i], 1e-8))
+          baseline torch.mean(1 - F.cosine_similarity(a, b, dim=1, eps=1e-8))
+          tolerance f32(rtol=1e-4, atol=1e-5)
+          test  N in 1..20, D in 1..50
+          bench N=32768, D=4096, dtype=f32
+        """,
     "int_mix": """
         op int_mix
           dims N

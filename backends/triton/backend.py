@@ -110,7 +110,7 @@ class TritonBackend:
         if isinstance(lowered, Staged):
             kernels, helpers, launcher, heads = staged.render(
                 lowered, genome, _render_one,
-                lambda sub, g: _dot().render(sub, g) if _dot().matches(sub) else None)
+                lambda sub, g: _dot().render(sub, g) if _gemm(sub) else None)
             doc = (f"kdsl triton kernel for '{op.name}' ({len(lowered.stages)} stages: "
                    f"{', '.join(_stage_kind(s) for s in lowered.stages)}); genome: {shown}")
             return module(op, doc, helpers, kernels, launcher, staged.imports(heads))
@@ -216,14 +216,27 @@ def _plan(op: ir.Op) -> Plan:
     return make_plan(op)  # ops are frozen and hash structurally
 
 
+@lru_cache(maxsize=256)
+def _gemm(op: ir.Op) -> bool:
+    """Whether the dot generator should render ``op``: a contraction with rows on one side
+    and columns on the other. A dot product of rows (no side with an index of its own,
+    a cosine similarity's a[i, d] * b[i, d]) is a row reduction, memory-bound: the row
+    generator reads it at the memory's pace, where a GEMM tile would be mostly padding."""
+    dot = _dot()
+    if not dot.matches(op):
+        return False
+    plan = dot._plan(op)
+    return bool(plan.m or plan.pairs) and bool(plan.n or plan.pairs)
+
+
 def _stage_kind(op: ir.Op) -> str:
-    return "contraction" if _dot().matches(op) else _plan(op).kind
+    return "contraction" if _gemm(op) else _plan(op).kind
 
 
 def _stage_genes(op: ir.Op, device: str):
     """A stage's genes and defaults: a contraction's from the dot generator."""
     dot = _dot()
-    if dot.matches(op):
+    if _gemm(op):
         return list(dot.genes(op, device)), dict(dot.defaults(op, device))
     return _genes(op, _plan(op), _bench_sizes(op))
 
@@ -254,7 +267,7 @@ def _lowered(op: ir.Op) -> "Plan | Staged | str":
     not exist or would compute a reduction again in programs that differ only along axes
     it does not read, or when its reductions leave too few programs and can be peeled."""
     bench = _bench_sizes(op)
-    if _dot().matches(op):
+    if _gemm(op):
         # a contraction is one GEMM, unless its sum is long against its outputs (split-K:
         # partial GEMMs over chunks of the sum, then their sum); never peeled otherwise
         try:
@@ -270,7 +283,7 @@ def _lowered(op: ir.Op) -> "Plan | Staged | str":
             try:
                 lowered = split(op, bench, MIN_PROGRAMS, outputs_apart=apart)
                 for sub in lowered.stages:
-                    if not _dot().matches(sub):
+                    if not _gemm(sub):
                         _plan(sub)
                 return lowered
             except Unsupported:
