@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from kdsl import baseline, cases, compare, dtypes, reference, spec
+from kdsl import baseline, cases, compare, dtypes, ir, reference, spec
 from kdsl.backends import BuildError, Unsupported, get
 from kdsl.sizes import shape_of
 
@@ -210,6 +210,27 @@ op col_ops
   tolerance f32(rtol=1e-4, atol=1e-4)
   test M in 1..60, N in 1..70
   bench M=4, N=8
+
+op mm_both_t
+  dims M, K, N
+  in  a: f32 | bf16 [K, M]
+  in  b: like a [N, K]
+  out c: like a [M, N]
+  c[i, j] = sum(k) a[k, i] * b[j, k]
+  baseline a.T @ b.T
+  tolerance f32(rtol=1e-4, atol=1e-4) bf16(rtol=2e-2, atol=5e-2)
+  test M in 1..40, K in 1..50, N in 1..40
+  bench M=4, K=4, N=8
+
+op suffix_sum
+  dims M, N
+  in  x: f32 [M, N]
+  out y: f32 [M, N]
+  y[i, j] = sum(k in j .. N) x[i, k]
+  baseline torch.flip(torch.cumsum(torch.flip(x, [1]), 1), [1])
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test M in 1..20, N in 1..300
+  bench M=4, N=8
 """
 
 
@@ -220,7 +241,8 @@ def extra_ops() -> dict:
 
 @pytest.mark.parametrize("which", ("default", "last"))
 @pytest.mark.parametrize("name", ("total_sum", "row_argmax", "jagged_mean", "int_mix",
-                                  "argsort_rows", "two_level", "col_ops"))
+                                  "argsort_rows", "two_level", "col_ops", "mm_both_t",
+                                  "suffix_sum"))
 def test_constructs_beyond_the_library(name, which):
     op = extra_ops()[name]
     space = BACKEND.space(op, "cpu")
@@ -231,6 +253,20 @@ def test_constructs_beyond_the_library(name, which):
         got = run_case(op, built, case)
         bad = compare.compare(op, case.dtype, got, ref, case.inputs)
         assert bad is None, f"{name} {which} on {case.shape.describe()}: {bad}"
+
+
+def test_shared_lowering_reshapes_what_a_loop_nest_reads_badly():
+    """A contraction factor read across its contiguous axis is copied transposed first
+    (lower.layouts); a suffix sum is a reversed scan (lower.scans)."""
+    from kdsl.backends.c.backend import canonical
+    mm = canonical(extra_ops()["mm_both_t"])
+    copy = next(st for st in mm.statements if st.target.startswith("kd_t"))
+    assert copy.value.tensor == "b" and copy.indices == ("kd_a1", "kd_a0")
+    c = next(st for st in mm.statements if st.target == "c")
+    reads = {n.tensor: n.subscripts for n in ir.walk(c.value) if isinstance(n, ir.Access)}
+    assert reads[copy.target] == (ir.Name("k"), ir.Name("j"))  # j last: contiguous rows
+    scans = canonical(extra_ops()["suffix_sum"])
+    assert any(isinstance(st.value, ir.Scan) for st in scans.statements)
 
 
 def test_poison_is_overwritten_at_edge_sizes():

@@ -34,6 +34,7 @@ from kdsl import ir
 
 from kdsl.backends.c import build as c_build
 from kdsl.backends.c import plan as c_plan
+from kdsl.backends.lower.layouts import contiguous_operands
 from kdsl.backends.lower.scans import ranges_as_scans
 from kdsl.backends.base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
 from kdsl.backends.c.emit import CTYPE, SUPPORTED_CALLS
@@ -138,8 +139,9 @@ class CBackend:
 @functools.lru_cache(maxsize=256)
 def canonical(op: ir.Op) -> ir.Op:
     """The op as the shared lowering reads it: prefix and suffix ranged sums as scans (a
-    suffix sum walked output by output is quadratic)."""
-    return ranges_as_scans(op)
+    suffix sum walked output by output is quadratic), contraction factors copied into
+    the layout the row updates read contiguously."""
+    return contiguous_operands(ranges_as_scans(op))
 
 
 def _statement_problem(st: ir.Statement) -> str | None:
