@@ -90,3 +90,18 @@ def test_bad_problem_list_is_one_line_and_exit_2(capsys):
     assert kernelbench.main(["--out", "/tmp/unused", "--problems", "a-b"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("kernelbench: error:")
+
+
+@pytest.mark.slow
+def test_a_cpu_run_with_a_search_writes_its_rows(tmp_path):
+    """The whole script on the c backend: the default evaluated, a search of two, its best
+    timed again, the tables written. A GEMM: far above its memory floor, which a CPU's
+    floor (one memcpy) could not put in doubt the way it can an activation's."""
+    assert kernelbench.main(["--device", "cpu", "--problems", "8", "--budget", "2",
+                             "--workers", "1", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "kernelbench.json").read_text())
+    (row,) = data["rows"]
+    assert row["ok"] and row["kernel_ms"] > 0 and row["eager_ms"] > 0
+    assert row.get("best_ms") or row.get("search_note")
+    assert data["summary"]["all"]["correct"] == 1
+    assert "| 8 | kb08_matmul_irregular_shapes |" in (tmp_path / "kernelbench.md").read_text()
