@@ -93,16 +93,25 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
     if not reductions and not flipped and not (outputs_apart and len(op.outputs) > 1):
         raise Unsupported("no reduction to stage")
     operands = _computed_operands(statements, reductions) | flipped
-    produced: list[ir.Statement] = []  # the statements of every stage, in order
+    moments = dict(_moment_pairs(reductions))  # mean -> its variance
+    paired = set(moments.values())
+    groups: list[list[ir.Statement]] = []  # the statements of each stage, in order
     peeled = False
     for st in statements:
-        if st in reductions:
+        if st in paired:
+            continue  # computed with its mean
+        if st in moments:
+            parts = _peel_moments(st, moments[st], tensors, bench, min_programs)
+            peeled = peeled or len(parts) > 1
+            groups += parts
+        elif st in reductions:
             parts = _split_long(st, tensors, bench, op) or \
                 _peel(st, tensors, bench, min_programs, op)
             peeled = peeled or len(parts) > 1
-            produced += parts
+            groups += [[p] for p in parts]
         elif st.target in operands:
-            produced.append(st)
+            groups.append([st])
+    produced = [st for g in groups for st in g]
     materialized = {st.target for st in produced}
     defs = {st.target: st for st in statements}
     outputs = [t.name for t in op.outputs]
@@ -110,8 +119,8 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
                for name in materialized if name not in outputs}
 
     stages = []
-    for st in produced:
-        stages.append(_stage(op, f"{op.name}_s{len(stages)}", [st], defs, materialized,
+    for group in groups:
+        stages.append(_stage(op, f"{op.name}_s{len(stages)}", group, defs, materialized,
                              tensors, scratch))
     rest = [defs[n] for n in outputs if n not in materialized]
     for group in ([[st] for st in rest] if outputs_apart else [rest] if rest else []):
@@ -207,24 +216,101 @@ def _split_long(st: ir.Statement, tensors, bench, op) -> list[ir.Statement] | No
     return [partial, dataclasses.replace(st, value=combine)]
 
 
-def _peel(st: ir.Statement, tensors, bench, min_programs, op) -> list[ir.Statement]:
-    """The stage(s) computing one reduction statement: itself, or partials then their
-    combination when its outputs would be too few programs at the bench sizes."""
-    red: ir.Reduce = st.value
+def _moment_pairs(reductions) -> list[tuple[ir.Statement, ir.Statement]]:
+    """(mean, variance) statements over the same indices and ranges, the variance being
+    the mean of (E - mean)**2 for the mean's own body E: one pass computes both."""
+    pairs = []
+    for a in reductions:
+        if a.value.op != "mean":
+            continue
+        for b in reductions:
+            ra, rb = a.value.indices, b.value.indices
+            if b is a or b.value.op != "mean" or len(b.indices) != len(a.indices) or \
+                    len(ra) != len(rb) or \
+                    any((x.lo, x.hi) != (y.lo, y.hi) for x, y in zip(ra, rb)):
+                continue
+            names = {y.name: ir.Name(x.name) for x, y in zip(ra, rb)}
+            names.update({bi: ir.Name(ai) for ai, bi in zip(a.indices, b.indices)})
+            diff = ir.Binary("-", a.value.body,
+                             ir.Access(a.target, tuple(ir.Name(n) for n in a.indices)))
+            if subst(b.value.body, names) in (ir.Binary("**", diff, ir.Num(2)),
+                                              ir.Binary("*", diff, diff)):
+                pairs.append((a, b))
+                break
+    return pairs
+
+
+def _peel_moments(mean: ir.Statement, var: ir.Statement, tensors, bench, min_programs
+                  ) -> list[list[ir.Statement]]:
+    """The stages of a (mean, variance) pair: both in one stage (one pass, Welford's
+    update in a row kernel); or, peeled, partial means and variances in one stage, then
+    their combination: the mean of the means, and the mean of the partial variances plus
+    the partials' squared distance to it (the law of total variance, equal counts)."""
+    red: ir.Reduce = mean.value
+    peeled = _peel_indices(red, tensors[mean.target].shape, bench, min_programs)
+    if not peeled:
+        return [[mean, var]]
+    rest = tuple(r for r in red.indices if r not in peeled)
+    keep = tuple(ir.Name(n) for n in mean.indices)
+    fresh = tuple(ir.Name(f"{r.name}_p") for r in peeled)
+    parts = {}
+    for st in (mean, var):
+        name = f"{st.target}_part"
+        tensors[name] = ir.Tensor(name, "tmp", ("f32",), None,
+                                  tensors[mean.target].shape + tuple(_extent(r) for r in peeled))
+        parts[st.target] = name
+    index = mean.indices + tuple(r.name for r in peeled)
+    whole = tuple(ir.Name(n) for n in index)
+    body = subst(var.value.body, {y.name: ir.Name(x.name) for x, y in
+                                  zip(red.indices, var.value.indices)} |
+                 {bi: ir.Name(ai) for ai, bi in zip(mean.indices, var.indices)})
+    part_mean = ir.Statement(parts[mean.target], index, dataclasses.replace(red, indices=rest))
+    body = _read_as(body, mean.target, ir.Access(parts[mean.target], whole))
+    part_var = ir.Statement(parts[var.target], index, ir.Reduce("mean", rest, body))
+    over = tuple(dataclasses.replace(r, name=f.name) for r, f in zip(peeled, fresh))
+    m = ir.Access(parts[mean.target], keep + fresh)
+    combined_mean = dataclasses.replace(mean, value=ir.Reduce("mean", over, m))
+    spread = ir.Binary("-", m, ir.Access(mean.target, tuple(ir.Name(n) for n in var.indices)))
+    combined_var = dataclasses.replace(var, value=ir.Reduce("mean", over, ir.Binary(
+        "+", ir.Access(parts[var.target], tuple(ir.Name(n) for n in var.indices) + fresh),
+        ir.Binary("**", spread, ir.Num(2)))))
+    if var.indices != mean.indices:  # the combination reads the mean at the var's indices
+        combined_var = dataclasses.replace(combined_var, value=subst(
+            combined_var.value, {a: ir.Name(b) for a, b in zip(mean.indices, var.indices)}))
+    return [[part_mean, part_var], [combined_mean, combined_var]]
+
+
+def _read_as(e: ir.Expr, tensor: str, new: ir.Access) -> ir.Expr:
+    """``e`` with its reads of ``tensor`` (at the statement's own indices) made ``new``."""
+    if isinstance(e, ir.Access) and e.tensor == tensor:
+        return new
+    return rebuild(e, lambda x: _read_as(x, tensor, new))
+
+
+def _peel_indices(red: ir.Reduce, shape, bench, min_programs) -> list[ir.IndexRange]:
+    """The outer reduced indices to make indices of partial results, so that output points
+    times partials reach ``min_programs`` at the bench sizes; [] when none need be."""
     if red.op not in PEELABLE or len(red.indices) < 2 or not bench:
-        return [st]
-    points = _size(tensors[st.target].shape, bench)
+        return []
+    points = _size(shape, bench)
     if points is None or points >= min_programs:
-        return [st]
-    order = _memory_order(red)
+        return []
     peeled = []
-    for r in order[:-1]:
+    for r in _memory_order(red)[:-1]:
         if _extent(r) is None:
             break
         peeled.append(r)
         size = _size(tuple(_extent(p) for p in peeled), bench)
         if size is None or points * size >= min_programs:
             break
+    return peeled
+
+
+def _peel(st: ir.Statement, tensors, bench, min_programs, op) -> list[ir.Statement]:
+    """The stage(s) computing one reduction statement: itself, or partials then their
+    combination when its outputs would be too few programs at the bench sizes."""
+    red: ir.Reduce = st.value
+    peeled = _peel_indices(red, tensors[st.target].shape, bench, min_programs)
     if not peeled:
         return [st]
     rest = tuple(r for r in red.indices if r not in peeled)

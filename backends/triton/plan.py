@@ -226,8 +226,6 @@ def _fusable(rvs: tuple[RowValue, ...]) -> tuple[Fused, ...]:
         for b in rvs:
             if a.name in used or b.name in used or a is b or a.ranges != b.ranges:
                 continue
-            if len(a.ranges) != 1:
-                continue
             diff = ir.Binary("-", a.body, ir.Name(a.name))
             if a.op == "max" and b.op == "sum" and b.body == ir.Call("exp", (diff,)):
                 out.append(Fused("maxsum", a.name, b.name))
