@@ -206,13 +206,15 @@ def _split_long(st: ir.Statement, tensors, bench, op) -> list[ir.Statement] | No
                                                            for x in e.subscripts),
                                        pad=ir.Num(0))
         return rebuild(e, chunked)
+    # the chunk index outermost: each chunk's partials are one contiguous block, written
+    # row by row like the output, and their sum reads rows of it along the output's rows
     name = f"{st.target}_part"
     tensors[name] = ir.Tensor(name, "tmp", ("f32",), None,
-                              tensors[st.target].shape + (chunks,))
-    partial = ir.Statement(name, st.indices + (s,), ir.Reduce(
+                              (chunks,) + tensors[st.target].shape)
+    partial = ir.Statement(name, (s,) + st.indices, ir.Reduce(
         "sum", (ir.IndexRange(q, ir.Num(0), ir.Num(CHUNK)),), chunked(red.body)))
     combine = ir.Reduce("sum", (ir.IndexRange(s, ir.Num(0), chunks),),
-                        ir.Access(name, tuple(ir.Name(n) for n in st.indices) + (ir.Name(s),)))
+                        ir.Access(name, (ir.Name(s),) + tuple(ir.Name(n) for n in st.indices)))
     return [partial, dataclasses.replace(st, value=combine)]
 
 
