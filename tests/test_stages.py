@@ -219,3 +219,26 @@ def test_a_long_sum_against_few_outputs_is_split_into_chunks():
           bench N=4096, dtype=f32
     """)
     assert tb._lowered(square) == tb.CONTRACTION
+
+
+def test_a_mean_and_its_variance_are_one_stage_and_combine_by_total_variance():
+    op = _op("""
+        op bn
+          dims N, C, H, W
+          in  x: f32 [N, C, H, W]
+          out y: f32 [N, C, H, W]
+          mu[c]  = mean(n, h, w) x[n, c, h, w]
+          var[c] = mean(n, h, w) (x[n, c, h, w] - mu[c]) ** 2
+          y[n, c, h, w] = (x[n, c, h, w] - mu[c]) * rsqrt(var[c] + 1e-5)
+          baseline F.batch_norm(x, None, None, training=True, eps=1e-5)
+          tolerance f32(rtol=1e-4, atol=1e-4)
+          test  N in 2..3, C in 1..3, H in 1..6, W in 1..9
+          bench N=64, C=64, H=512, W=512, dtype=f32
+    """)
+    lowered = tb._lowered(op)
+    outs = [sorted(t.name for t in s.tensors if t.role == "out") for s in lowered.stages]
+    assert outs == [["mu_part", "var_part"], ["mu", "var"], ["y"]]  # x is read twice, not 3x
+    assert tb._plan(lowered.stages[0]).fused  # the partials: one Welford pass
+    var = next(st for st in lowered.stages[1].statements if st.target == "var")
+    reads = {n.tensor for n in ir.walk(var.value) if isinstance(n, ir.Access)}
+    assert reads == {"var_part", "mu_part"}  # partial variances + spread of partial means
