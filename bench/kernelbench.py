@@ -97,7 +97,7 @@ def host_bytes(op, sizes: dict, dtype: str) -> int:
     return 3 * traffic_bytes(op, sizes, dtype) + (1 << 30)
 
 
-def kernelbench_check(kb_dir: Path, level: int, number: int, op) -> dict:
+def kernelbench_check(kb_dir: Path, level: int, number: int, op, device: str = "cuda") -> dict:
     """Run KernelBench's Model and the spec's baseline on the Model's own inputs."""
     import importlib.util
 
@@ -112,8 +112,8 @@ def kernelbench_check(kb_dir: Path, level: int, number: int, op) -> dict:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         torch.manual_seed(0)
-        model = mod.Model(*mod.get_init_inputs()).cuda()
-        args = [a.cuda() if torch.is_tensor(a) else a for a in mod.get_inputs()]
+        model = mod.Model(*mod.get_init_inputs()).to(device)
+        args = [a.to(device) if torch.is_tensor(a) else a for a in mod.get_inputs()]
         with torch.no_grad():
             want = model(*args)
             tensors = [a for a in args if torch.is_tensor(a)] + \
@@ -122,7 +122,7 @@ def kernelbench_check(kb_dir: Path, level: int, number: int, op) -> dict:
             if len(tensors) < len(names):
                 return {"kb_agrees": None, "kb_note": "fewer Model tensors than spec inputs"}
             ins = dict(zip(names, tensors))
-            point = bench_point(op, "cuda")
+            point = bench_point(op, device)
             got = baseline.outputs_of(op, baseline.baseline_callable(op, point.size_dict(), ins)())
         got = next(iter(got.values()))
         want = want if torch.is_tensor(want) else torch.as_tensor(want)
@@ -320,7 +320,7 @@ def main(argv=None) -> int:
                 if "op" in rows[number]:
                     op = spec.load(path).ops[0]
                     rows[number].update(kernelbench_check(Path(args.kernelbench), args.level,
-                                                          number, op))
+                                                          number, op, args.device))
     finally:
         pool.shutdown()
         big.shutdown()

@@ -105,3 +105,34 @@ def test_a_cpu_run_with_a_search_writes_its_rows(tmp_path):
     assert row.get("best_ms") or row.get("search_note")
     assert data["summary"]["all"]["correct"] == 1
     assert "| 8 | kb08_matmul_irregular_shapes |" in (tmp_path / "kernelbench.md").read_text()
+
+
+def _problem_file(folder: Path, name: str, forward: str, inputs: str, init: str = "[]"):
+    """A stand-in problem file in KernelBench's layout (Model, get_inputs, get_init_inputs)."""
+    level = folder / "KernelBench" / "level1"
+    level.mkdir(parents=True, exist_ok=True)
+    (level / name).write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, *args):\n"
+        "        super().__init__()\n"
+        f"{init}\n"
+        "    def forward(self, *xs):\n"
+        f"        return {forward}\n\n"
+        f"def get_inputs():\n    return {inputs}\n\n"
+        "def get_init_inputs():\n    return []\n")
+
+
+def test_baselines_are_checked_against_the_problems_own_model(tmp_path):
+    """The spec's inputs are the forward's tensors in order, then the Model's parameters."""
+    relu = kspec.load(LEVEL1 / "19_relu.kspec").ops[0]
+    _problem_file(tmp_path, "19_ReLU.py", "torch.relu(xs[0])", "[torch.randn(4, 8)]",
+                  "        pass")
+    ok = kernelbench.kernelbench_check(tmp_path, 1, 19, relu, "cpu")
+    assert ok["kb_agrees"] is True, ok
+    _problem_file(tmp_path, "20_LeakyReLU.py", "torch.relu(xs[0])", "[torch.randn(4, 8)]",
+                  "        pass")  # not what spec 20 computes
+    leaky = kspec.load(LEVEL1 / "20_leaky_relu.kspec").ops[0]
+    bad = kernelbench.kernelbench_check(tmp_path, 1, 20, leaky, "cpu")
+    assert bad["kb_agrees"] is False and "max diff" in bad["kb_note"]
+    assert kernelbench.kernelbench_check(tmp_path, 1, 21, leaky, "cpu")["kb_agrees"] is None
