@@ -263,6 +263,19 @@ NOVEL = {
           test  N in 1..20, D in 1..50
           bench N=32768, D=4096, dtype=f32
         """,
+    # a reverse cumsum by flips: the scan read at a computed index is a stage of its own
+    "flip_cumsum": """
+        op flip_cumsum
+          dims M, N
+          in  x: f32 [M, N]
+          out y: f32 [M, N]
+          r[i, j] = cumsum(j) x[i, N - 1 - j]
+          y[i, j] = r[i, N - 1 - j]
+          baseline torch.flip(torch.cumsum(torch.flip(x, [1]), 1), [1])
+          tolerance f32(rtol=1e-4, atol=1e-4)
+          test  M in 1..8, N in 1..100
+          bench M=4096, N=4096, dtype=f32
+        """,
     "int_mix": """
         op int_mix
           dims N

@@ -242,3 +242,23 @@ def test_a_mean_and_its_variance_are_one_stage_and_combine_by_total_variance():
     var = next(st for st in lowered.stages[1].statements if st.target == "var")
     reads = {n.tensor for n in ir.walk(var.value) if isinstance(n, ir.Access)}
     assert reads == {"var_part", "mu_part"}  # partial variances + spread of partial means
+
+
+def test_exclusive_ranged_sums_are_inclusive_scans_less_the_point():
+    from kdsl.backends.lower.scans import ranges_as_scans
+    op = ranges_as_scans(_op("""
+        op excl
+          dims M, N
+          in  x: f32 [M, N]
+          out y: f32 [M, N]
+          out z: f32 [M, N]
+          y[i, j] = sum(k in 0 .. j) x[i, k]
+          z[i, j] = sum(k in j + 1 .. N) x[i, k]
+          baseline (torch.cumsum(x, 1) - x, torch.flip(torch.cumsum(torch.flip(x, [1]), 1), [1]) - x)
+          tolerance f32(rtol=1e-4, atol=1e-4)
+          test  M in 1..8, N in 1..100
+          bench M=4096, N=4096, dtype=f32
+    """))
+    y = next(st for st in op.statements if st.target == "y").value
+    assert isinstance(y, ir.Binary) and y.op == "-" and isinstance(y.left, ir.Scan)
+    assert not any(isinstance(n, ir.Reduce) for st in op.statements for n in ir.walk(st.value))

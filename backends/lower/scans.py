@@ -7,7 +7,8 @@ pass: the prefix form becomes ``cumsum(j) x[i, j]``; the suffix form a prefix sc
 the reversed row, read back reversed, ``r[i, j] = cumsum(j) x[i, N - 1 - j]`` and
 ``y[i, j] = r[i, N - 1 - j]`` (the stage splitter materializes ``r``, a scan read at a
 computed index). Sums become cumsum and products cumprod; other reductions stay as
-written.
+written. An exclusive sum (``k in 0 .. j``, ``k in j + 1 .. N``) is the inclusive scan
+less the point itself.
 """
 from __future__ import annotations
 
@@ -35,17 +36,11 @@ def ranges_as_scans(op: ir.Op) -> ir.Op:
             found = _scan_form(e, shape, op.dims)
             if found is None:
                 return e
-            kind, j, body = found
+            kind, j, body, exclusive = found
             changed = True
-            if kind == "prefix":
-                return ir.Scan(SCAN_OF[e.op], j, body)
-            extent = shape[j]
-            flip = ir.Binary("-", ir.Binary("-", extent, ir.Num(1)), ir.Name(j))
-            name = f"kd_rev{len(extra)}_{st.target}"
-            tensors.append(ir.Tensor(name, "tmp", ("f32",), None, op.tensor(st.target).shape))
-            extra.append(ir.Statement(name, st.indices,
-                                      ir.Scan(SCAN_OF[e.op], j, subst(body, {j: flip}))))
-            return ir.Access(name, tuple(flip if n == j else ir.Name(n) for n in st.indices))
+            scanned = _scanned(kind, j, body, e.op, shape, extra, tensors, st, op)
+            # an exclusive range is the inclusive scan less the point itself (sums only)
+            return ir.Binary("-", scanned, body) if exclusive else scanned
 
         value = visit(st.value)
         statements += extra + [dataclasses.replace(st, value=value)]
@@ -54,17 +49,35 @@ def ranges_as_scans(op: ir.Op) -> ir.Op:
     return dataclasses.replace(op, tensors=tuple(tensors), statements=tuple(statements))
 
 
-def _scan_form(e: ir.Expr, shape: dict, dims) -> tuple[str, str, ir.Expr] | None:
-    """('prefix' | 'suffix', output index j, body at k = j) of a ranged sum/prod over one
-    index k in 0 .. j + 1 or j .. extent(j) whose body reads j only through k."""
+def _scanned(kind, j, body, red_op, shape, extra, tensors, st, op) -> ir.Expr:
+    """The inclusive prefix scan of ``body`` along ``j``, or the suffix scan as a reversed
+    prefix scan in an intermediate (appended to ``extra``) read back reversed."""
+    if kind == "prefix":
+        return ir.Scan(SCAN_OF[red_op], j, body)
+    flip = ir.Binary("-", ir.Binary("-", shape[j], ir.Num(1)), ir.Name(j))
+    name = f"kd_rev{len(extra)}_{st.target}"
+    tensors.append(ir.Tensor(name, "tmp", ("f32",), None, op.tensor(st.target).shape))
+    extra.append(ir.Statement(name, st.indices,
+                              ir.Scan(SCAN_OF[red_op], j, subst(body, {j: flip}))))
+    return ir.Access(name, tuple(flip if n == j else ir.Name(n) for n in st.indices))
+
+
+def _scan_form(e: ir.Expr, shape: dict, dims):
+    """('prefix' | 'suffix', output index j, body at k = j, exclusive) of a ranged sum or
+    product over one index k whose body reads j only through k: k in 0 .. j + 1 or
+    j .. extent(j) (inclusive), and, for sums, k in 0 .. j or j + 1 .. extent(j)."""
     if not isinstance(e, ir.Reduce) or e.op not in SCAN_OF or len(e.indices) != 1:
         return None
     r = e.indices[0]
     for j, extent in shape.items():
         if j in free_names(e.body, dims):
             continue
-        prefix = r.lo == ir.Num(0) and r.hi == ir.Binary("+", ir.Name(j), ir.Num(1))
-        suffix = r.lo == ir.Name(j) and r.hi == extent
-        if prefix or suffix:
-            return ("prefix" if prefix else "suffix", j, subst(e.body, {r.name: ir.Name(j)}))
+        after = ir.Binary("+", ir.Name(j), ir.Num(1))
+        forms = {("prefix", False): r.lo == ir.Num(0) and r.hi == after,
+                 ("suffix", False): r.lo == ir.Name(j) and r.hi == extent,
+                 ("prefix", True): e.op == "sum" and r.lo == ir.Num(0) and r.hi == ir.Name(j),
+                 ("suffix", True): e.op == "sum" and r.lo == after and r.hi == extent}
+        for (kind, exclusive), hit in forms.items():
+            if hit:
+                return kind, j, subst(e.body, {r.name: ir.Name(j)}), exclusive
     return None
