@@ -3,6 +3,7 @@ the best of a search) against torch eager and torch.compile, on the GPU.
 
     python bench/kernelbench.py --level 1 --out DIR [--problems 1-18,23] [--budget N]
                                 [--workers 8] [--kernelbench CHECKOUT] [--timeout 120]
+    python bench/kernelbench.py --rest-of A/kernelbench.json ... --out B   # what A did not reach
     python bench/kernelbench.py --merge A/kernelbench.json B/kernelbench.json --out DIR
 
 The specs are ``specs/kernelbench/level<L>/NN_name.kspec``. Each problem is evaluated by
@@ -222,6 +223,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--kernelbench", help="a KernelBench checkout, to check each baseline")
     ap.add_argument("--merge", nargs="+", metavar="KERNELBENCH_JSON")
+    ap.add_argument("--rest-of", metavar="KERNELBENCH_JSON",
+                    help="skip the problems that an earlier (cut) run already evaluated")
     args = ap.parse_args(argv)
     if args.merge:
         return merge(args.merge, Path(args.out))
@@ -232,6 +235,18 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     files = spec_files(args.level, wanted)
+    if args.rest_of:
+        try:
+            done = {r["problem"] for r in json.loads(Path(args.rest_of).read_text())["rows"]
+                    if r.get("ok") is not None}
+        except (OSError, ValueError, KeyError) as e:
+            print(f"kernelbench: error: --rest-of {args.rest_of}: {e}", file=sys.stderr)
+            return 2
+        files = [(n, p) for n, p in files if n not in done]
+        if not files:
+            print(f"kernelbench: error: no specs left: {args.rest_of} has every problem "
+                  "asked for", file=sys.stderr)
+            return 2
     if not files:
         print(f"kernelbench: error: no specs for level {args.level} in specs/kernelbench",
               file=sys.stderr)

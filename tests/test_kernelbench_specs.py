@@ -136,3 +136,15 @@ def test_baselines_are_checked_against_the_problems_own_model(tmp_path):
     bad = kernelbench.kernelbench_check(tmp_path, 1, 20, leaky, "cpu")
     assert bad["kb_agrees"] is False and "max diff" in bad["kb_note"]
     assert kernelbench.kernelbench_check(tmp_path, 1, 21, leaky, "cpu")["kb_agrees"] is None
+
+
+def test_rest_of_skips_what_an_earlier_run_evaluated(tmp_path, capsys):
+    meta = {"device": "x", "level": 1, "budget": 0, "versions": {}, "date": "d"}
+    done = tmp_path / "a.json"
+    done.write_text(json.dumps({"meta": meta, "rows": [
+        _row(n, True, 1.0, 1.0, 1.0) for n in range(1, 101)]}))
+    assert kernelbench.main(["--device", "cpu", "--rest-of", str(done),
+                             "--out", str(tmp_path / "b")]) == 2
+    assert "no specs left" in capsys.readouterr().err
+    assert kernelbench.main(["--rest-of", str(tmp_path / "missing.json"),
+                             "--out", str(tmp_path / "c")]) == 2
