@@ -28,7 +28,6 @@ import math
 import os
 import re
 import sys
-import time
 from concurrent.futures import as_completed
 from datetime import datetime, timezone
 from pathlib import Path

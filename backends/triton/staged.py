@@ -9,8 +9,9 @@ defaults at the bench sizes.
 from __future__ import annotations
 
 import dataclasses
+import re
 
-from kdsl import dtypes, ir
+from kdsl import dtypes
 from kdsl.backends.base import Gene, Unsupported
 from kdsl.backends.lower.stages import Staged
 from kdsl.backends.triton.kernel import py
@@ -69,7 +70,6 @@ def _contraction(text: str, k: int) -> tuple[str, list[str]]:
     """A contraction module as one stage: its docstring and imports apart (returned, for
     the module's head), its module-level names suffixed so that stages do not collide,
     ``kernel`` renamed ``_stage<k>``."""
-    import re
     lines = text.splitlines()
     heads, rest, i = [], [], 0
     if lines and lines[0].startswith('"""'):
@@ -102,22 +102,20 @@ def _main(staged: Staged) -> list[str]:
         kind = dtypes.TORCH[t.dtypes[0]]
         lines.append(f"    scratch['{t.name}'] = torch.empty({shape}, device=device, "
                      f"dtype=torch.{kind})")
+    # a stage reads the op's inputs, scratch, and outputs an earlier stage wrote
+    held = {t.name: ("inputs" if t.role == "in" else "outputs") for t in op.tensors
+            if t.role in ("in", "out")}
+
+    def passed(role: str, sub) -> str:
+        return ", ".join(f"'{t.name}': {held.get(t.name, 'scratch')}['{t.name}']"
+                         for t in sub.tensors if t.role == role)
     for k, sub in enumerate(staged.stages):
-        ins = [t.name for t in sub.tensors if t.role == "in"]
-        outs = [t.name for t in sub.tensors if t.role == "out"]
-        src = {t.name: ("inputs" if t.role == "in" else "outputs") for t in op.tensors
-               if t.role in ("in", "out")}
-        def ref(n):
-            return f"{src[n]}['{n}']" if n in src else f"scratch['{n}']"
-        ins_s = ", ".join(f"'{n}': {ref(n)}" for n in ins)
-        outs_s = ", ".join(f"'{n}': {ref(n)}" for n in outs)
-        lines.append(f"    _stage{k}({{{ins_s}}}, {{{outs_s}}}, sizes)")
+        lines.append(f"    _stage{k}({{{passed('in', sub)}}}, {{{passed('out', sub)}}}, sizes)")
     return lines
 
 
 def imports(extra=()) -> str:
+    """The module's imports beyond triton's own: torch (scratch tensors) and what the
+    contraction stages import."""
     return "\n".join(["import torch"] + [h for h in extra if h != "import torch"
                                           and not h.startswith("import triton")])
-
-
-__all__ = ["genes", "render", "stage_genome", "imports", "ir"]
