@@ -276,6 +276,18 @@ NOVEL = {
           test  M in 1..8, N in 1..100
           bench M=4096, N=4096, dtype=f32
         """,
+    # a long vector reduced to a scalar: chunks of its range, then their sum
+    "vec_mean": """
+        op vec_mean
+          dims N
+          in  x: f32 | f16 [N]
+          out y: f32 []
+          y[] = mean(i) exp(f32(x[i]) * 0.1)
+          baseline torch.exp(x.float() * 0.1).mean()
+          tolerance f32(rtol=1e-5, atol=1e-5) f16(rtol=1e-3, atol=1e-3)
+          test  N in 1..40000
+          bench N=16777216, dtype=f32
+        """,
     "int_mix": """
         op int_mix
           dims N

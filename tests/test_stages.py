@@ -262,3 +262,26 @@ def test_exclusive_ranged_sums_are_inclusive_scans_less_the_point():
     y = next(st for st in op.statements if st.target == "y").value
     assert isinstance(y, ir.Binary) and y.op == "-" and isinstance(y.left, ir.Scan)
     assert not any(isinstance(n, ir.Reduce) for st in op.statements for n in ir.walk(st.value))
+
+
+def test_a_long_single_index_reduction_to_few_outputs_is_cut_in_chunks():
+    op = _op("""
+        op vec_mean
+          dims N
+          in  x: f32 [N]
+          out y: f32 []
+          y[] = mean(i) exp(x[i] * 0.1)
+          baseline torch.exp(x * 0.1).mean()
+          tolerance f32(rtol=1e-5, atol=1e-5)
+          test  N in 1..100000
+          bench N=16777216, dtype=f32
+    """)
+    lowered = tb._lowered(op)
+    assert isinstance(lowered, Staged) and lowered.peeled
+    part = lowered.stages[0].statements[0].value
+    (r,) = part.indices  # i over one chunk: s * CHUNK .. min(s * CHUNK + CHUNK, N)
+    assert isinstance(r.hi, ir.Call) and r.hi.fn == "min"
+    last = lowered.stages[-1].statements[0].value
+    assert isinstance(last, ir.Binary) and last.op == "/"  # a mean: partial sums over N
+    defaults = get("triton").space(op, "cuda").default()
+    assert defaults["s0.BLOCK_R"] == 1 and defaults["s0.BLOCK_C"] == 1024  # along the chunk

@@ -8,7 +8,8 @@ leave the device idle or lose accuracy:
   max, min and prod combine as themselves);
 - *moments*: a mean and the variance about it in one pass, peeled or not; peeled, the
   partial variances combine by the law of total variance;
-- *split-K*: a sum of products far longer than its outputs, in chunks.
+- *split-K*: a sum of products far longer than its outputs, in chunks;
+- *chunks*: any long one-index reduction to a few values (a vector to a scalar).
 
 How far to peel and whether to split are the only size-dependent choices of the
 lowering; both are made from the bench point.
@@ -69,6 +70,37 @@ def split_long(st: ir.Statement, tensors, bench, op) -> list[ir.Statement] | Non
     combine = ir.Reduce("sum", (ir.IndexRange(s, ir.Num(0), chunks),),
                         ir.Access(name, (ir.Name(s),) + tuple(ir.Name(n) for n in st.indices)))
     return [partial, dataclasses.replace(st, value=combine)]
+
+
+def chunked(st: ir.Statement, tensors, bench, min_programs) -> list[ir.Statement] | None:
+    """[partials, their combination] of a reduction over one long index whose outputs are
+    too few to fill the device (a sum of a vector to a scalar would be one program): the
+    index's range cut in chunks, partial[s, F] over k in s * CHUNK .. min(s * CHUNK +
+    CHUNK, K), then the partials combined (a mean as a sum of partial sums over K).
+    None where that does not apply."""
+    red = st.value
+    if red.op not in PEELABLE or len(red.indices) != 1 or not bench:
+        return None
+    r = red.indices[0]
+    span = extent(r)
+    length = size_at((span,), bench) if span is not None else None
+    points = size_at(tensors[st.target].shape, bench)
+    if length is None or points is None or points >= min_programs or length < 4 * CHUNK:
+        return None
+    s = f"{r.name}_chunk"
+    chunks = ir.Binary("//", ir.Binary("+", span, ir.Num(CHUNK - 1)), ir.Num(CHUNK))
+    start = ir.Binary("*", ir.Name(s), ir.Num(CHUNK))
+    stop = ir.Call("min", (ir.Binary("+", start, ir.Num(CHUNK)), span))
+    whole = "sum" if red.op == "mean" else red.op
+    name = f"{st.target}_part"
+    tensors[name] = ir.Tensor(name, "tmp", ("f32",), None, (chunks,) + tensors[st.target].shape)
+    partial = ir.Statement(name, (s,) + st.indices, ir.Reduce(
+        whole, (dataclasses.replace(r, lo=start, hi=stop),), red.body))
+    combined: ir.Expr = ir.Reduce(whole, (ir.IndexRange(s, ir.Num(0), chunks),), ir.Access(
+        name, (ir.Name(s),) + tuple(ir.Name(n) for n in st.indices)))
+    if red.op == "mean":
+        combined = ir.Binary("/", combined, span)
+    return [partial, dataclasses.replace(st, value=combined)]
 
 
 def moment_pairs(reductions) -> list[tuple[ir.Statement, ir.Statement]]:

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from kdsl import ir
 from kdsl.backends.base import Unsupported
-from kdsl.backends.lower.partials import (extent, factors, moment_pairs, peel, peel_moments,
-                                          size_at, split_long)
+from kdsl.backends.lower.partials import (chunked, extent, factors, moment_pairs, peel,
+                                          peel_moments, size_at, split_long)
 from kdsl.backends.lower.rewrite import free_names, inline, rebuild
 
 
@@ -108,6 +108,7 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
             groups += parts
         elif st in reductions:
             parts = split_long(st, tensors, bench, op) or \
+                chunked(st, tensors, bench, min_programs) or \
                 peel(st, tensors, bench, min_programs, op)
             peeled = peeled or len(parts) > 1
             groups += [[p] for p in parts]

@@ -436,6 +436,29 @@ def _rows_contiguous(plan: Plan) -> bool:
     return found
 
 
+def _static_extent(rng, sizes: dict[str, int]) -> int | None:
+    from kdsl.sizes import NotASize, evaluate
+    try:
+        return max(evaluate(rng[1], sizes) - evaluate(rng[0], sizes), 1)
+    except (NotASize, KeyError, TypeError):
+        return None
+
+
+def _column_contiguous(plan: Plan) -> bool:
+    """Whether every reduction reads its widest tensor with its own (single) index as the
+    last subscript and no program axis there: the column, not the row, is contiguous."""
+    found = False
+    for v in plan.row_values:
+        reads = [n for n in ir.walk(v.body) if isinstance(n, ir.Access) and n.subscripts]
+        if not reads or len(v.indices) != 1:
+            return False
+        last = max(reads, key=lambda a: len(a.subscripts)).subscripts[-1]
+        if not (isinstance(last, ir.Name) and last.name == v.indices[0]):
+            return False
+        found = True
+    return found
+
+
 def _window_stride(plan: Plan, bench: dict) -> int:
     """The stride of the plan's strided window at the bench sizes (1 when unknown)."""
     from kdsl.sizes import NotASize, evaluate
@@ -496,6 +519,13 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
         d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), max(1, 1024 // tile_c)))
         d["num_warps"] = 1
         return d
+    elif plan.row_axis is not None and _column_contiguous(plan):
+        # a range that moves with the row (chunks of a long reduction, s * C .. s * C + C)
+        # read along its contiguous index: a few rows a program, a wide column
+        # (a range whose length the bench sizes do not tell is taken as long: a chunk)
+        known = _static_extent(plan.column, bench)
+        return {"reduce": "online" if "online" in strategies else "looped", "BLOCK_R": 1,
+                "BLOCK_C": _pick(COLS, min(_np2(known or 1024), 1024)), "num_warps": 4}
     else:  # segments: the whole row axis per program, chunks along the segment
         d["reduce"] = "online" if "online" in strategies else "looped"
         # One warp across the row axis keeps the reduction along the segment in-thread
