@@ -12,6 +12,8 @@ import itertools
 
 from kdsl import dtypes, ir
 from kdsl.builtins import CASTS, CONSTANTS, ELEMENTWISE, INDEX_BUILTINS
+from kdsl.backends.lower.rewrite import subst_range as _subst_range
+from kdsl.backends.lower.rewrite import substitute  # noqa: F401  (aa.substitute)
 
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 SEGMENT_OPS = ("sum", "prod", "max", "min", "mean")
@@ -61,49 +63,6 @@ def call_kind(fn: str, kinds: list[str]) -> str:
 # ---- substitution ------------------------------------------------------------
 
 _fresh = itertools.count()
-
-
-def substitute(e: ir.Expr, names: dict[str, ir.Expr]) -> ir.Expr:
-    """``e`` with free index names replaced; binders shadow, so a bound name is left alone."""
-    if not names:
-        return e
-    if isinstance(e, ir.Name):
-        return names.get(e.name, e)
-    if isinstance(e, ir.Num):
-        return e
-    if isinstance(e, ir.Access):
-        pad = None if e.pad is None else substitute(e.pad, names)
-        return dataclasses.replace(e, subscripts=tuple(substitute(s, names) for s in e.subscripts),
-                                   pad=pad)
-    if isinstance(e, ir.Unary):
-        return dataclasses.replace(e, operand=substitute(e.operand, names))
-    if isinstance(e, ir.Binary):
-        return dataclasses.replace(e, left=substitute(e.left, names),
-                                   right=substitute(e.right, names))
-    if isinstance(e, ir.Call):
-        if e.fn == "segment_of":  # its first argument names a tensor, not an index
-            return dataclasses.replace(e, args=(e.args[0], substitute(e.args[1], names)))
-        return dataclasses.replace(e, args=tuple(substitute(a, names) for a in e.args))
-    if isinstance(e, ir.Reduce):
-        inner, ranges = dict(names), []
-        for r in e.indices:
-            ranges.append(_subst_range(r, inner))
-            inner.pop(r.name, None)
-        return dataclasses.replace(e, indices=tuple(ranges), body=substitute(e.body, inner))
-    if isinstance(e, ir.Scan):
-        return dataclasses.replace(e, body=substitute(e.body, names))
-    if isinstance(e, ir.Collective):
-        k = None if e.k is None else substitute(e.k, names)
-        index = _subst_range(e.index, names)
-        inner = {n: v for n, v in names.items() if n != e.index.name}
-        return dataclasses.replace(e, index=index, k=k, body=substitute(e.body, inner))
-    raise AssertionError(e)
-
-
-def _subst_range(r: ir.IndexRange, names) -> ir.IndexRange:
-    if r.lo is None:
-        return r
-    return dataclasses.replace(r, lo=substitute(r.lo, names), hi=substitute(r.hi, names))
 
 
 def rename_binders(e: ir.Expr) -> ir.Expr:

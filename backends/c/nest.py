@@ -16,7 +16,8 @@ from kdsl import ir
 
 from kdsl.backends.c.code import Block, Loop
 from kdsl.backends.c.emit import CTYPE, C, Var, as_float, kind_of
-from kdsl.backends.c.plan import binders, free_names, substitute
+from kdsl.backends.c.plan import binders, free_names
+from kdsl.backends.lower.rewrite import substitute
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from kdsl import ir
+from kdsl.backends.lower.rewrite import substitute
 
 SIMPLE_REDUCTIONS = ("sum", "max", "min", "prod", "mean", "argmax", "argmin")
 
@@ -85,42 +86,6 @@ def free_names(e: ir.Expr) -> set[str]:
 
 def is_elementwise(e: ir.Expr) -> bool:
     return not any(isinstance(n, (ir.Reduce, ir.Scan, ir.Collective)) for n in ir.walk(e))
-
-
-def substitute(e: ir.Expr, env: dict[str, ir.Expr]) -> ir.Expr:
-    """``e`` with free names replaced (binder-aware)."""
-    if not env:
-        return e
-    if isinstance(e, ir.Name):
-        return env.get(e.name, e)
-    if isinstance(e, ir.Num):
-        return e
-    rec = lambda x, m=env: substitute(x, m)  # noqa: E731
-    if isinstance(e, ir.Access):
-        return dataclasses.replace(e, subscripts=tuple(rec(s) for s in e.subscripts),
-                                   pad=None if e.pad is None else rec(e.pad))
-    if isinstance(e, ir.Unary):
-        return dataclasses.replace(e, operand=rec(e.operand))
-    if isinstance(e, ir.Binary):
-        return dataclasses.replace(e, left=rec(e.left), right=rec(e.right))
-    if isinstance(e, ir.Call):
-        if e.fn == "segment_of":
-            return dataclasses.replace(e, args=(e.args[0], rec(e.args[1])))
-        return dataclasses.replace(e, args=tuple(rec(a) for a in e.args))
-    if isinstance(e, ir.Scan):
-        return dataclasses.replace(e, body=rec(e.body))
-    if isinstance(e, ir.Reduce):
-        inner, ranges = dict(env), []
-        for r in e.indices:
-            ranges.append(dataclasses.replace(r, lo=rec(r.lo, inner), hi=rec(r.hi, inner)))
-            inner.pop(r.name, None)
-        return dataclasses.replace(e, indices=tuple(ranges), body=rec(e.body, inner))
-    if isinstance(e, ir.Collective):
-        inner = {k: v for k, v in env.items() if k != e.index.name}
-        index = dataclasses.replace(e.index, lo=rec(e.index.lo), hi=rec(e.index.hi))
-        return dataclasses.replace(e, index=index, k=None if e.k is None else rec(e.k),
-                                   body=rec(e.body, inner))
-    raise AssertionError(e)
 
 
 def replace_reads(e: ir.Expr, tensor: str, fn) -> ir.Expr:

@@ -87,6 +87,51 @@ def subst(e: ir.Expr, mapping: dict[str, ir.Expr]) -> ir.Expr:
     return rebuild(e, lambda x: subst(x, mapping))
 
 
+def substitute(e: ir.Expr, names: dict[str, ir.Expr]) -> ir.Expr:
+    """``e`` with free index names replaced; binders shadow, so a bound name is left alone
+    (unlike ``subst``, bound indices keep their names: for generators that name loops
+    after them)."""
+    if not names:
+        return e
+    if isinstance(e, ir.Name):
+        return names.get(e.name, e)
+    if isinstance(e, ir.Num):
+        return e
+    if isinstance(e, ir.Access):
+        pad = None if e.pad is None else substitute(e.pad, names)
+        return dataclasses.replace(e, subscripts=tuple(substitute(s, names) for s in e.subscripts),
+                                   pad=pad)
+    if isinstance(e, ir.Unary):
+        return dataclasses.replace(e, operand=substitute(e.operand, names))
+    if isinstance(e, ir.Binary):
+        return dataclasses.replace(e, left=substitute(e.left, names),
+                                   right=substitute(e.right, names))
+    if isinstance(e, ir.Call):
+        if e.fn == "segment_of":  # its first argument names a tensor, not an index
+            return dataclasses.replace(e, args=(e.args[0], substitute(e.args[1], names)))
+        return dataclasses.replace(e, args=tuple(substitute(a, names) for a in e.args))
+    if isinstance(e, ir.Reduce):
+        inner, ranges = dict(names), []
+        for r in e.indices:
+            ranges.append(subst_range(r, inner))
+            inner.pop(r.name, None)
+        return dataclasses.replace(e, indices=tuple(ranges), body=substitute(e.body, inner))
+    if isinstance(e, ir.Scan):
+        return dataclasses.replace(e, body=substitute(e.body, names))
+    if isinstance(e, ir.Collective):
+        k = None if e.k is None else substitute(e.k, names)
+        index = subst_range(e.index, names)
+        inner = {n: v for n, v in names.items() if n != e.index.name}
+        return dataclasses.replace(e, index=index, k=k, body=substitute(e.body, inner))
+    raise AssertionError(e)
+
+
+def subst_range(r: ir.IndexRange, names) -> ir.IndexRange:
+    if r.lo is None:
+        return r
+    return dataclasses.replace(r, lo=substitute(r.lo, names), hi=substitute(r.hi, names))
+
+
 def free_names(e: ir.Expr, dims: tuple[str, ...] = ()) -> set[str]:
     """Index (and row-value) names ``e`` reads that it does not bind itself."""
     if isinstance(e, ir.Name):
