@@ -148,3 +148,14 @@ def test_rest_of_skips_what_an_earlier_run_evaluated(tmp_path, capsys):
     assert "no specs left" in capsys.readouterr().err
     assert kernelbench.main(["--rest-of", str(tmp_path / "missing.json"),
                              "--out", str(tmp_path / "c")]) == 2
+
+
+@pytest.mark.slow
+def test_every_baseline_agrees_with_its_index_notation():
+    """`kdsl check` on all 100: each spec's torch baseline against the float64 reference
+    of its index notation on generated cases, every dtype (about 40 s on two cores)."""
+    import subprocess
+    proc = subprocess.run([sys.executable, "-m", "kdsl", "check",
+                           *map(str, _specs())], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("baseline agrees") == 100
