@@ -288,6 +288,18 @@ NOVEL = {
           test  N in 1..40000
           bench N=16777216, dtype=f32
         """,
+    # a scan along the slow axis: row lanes across the contiguous one
+    "cumsum_dim0": """
+        op cumsum_dim0
+          dims M, N
+          in  x: f32 | f16 [M, N]
+          out y: like x [M, N]
+          y[i, j] = cumsum(i) x[i, j]
+          baseline torch.cumsum(x, 0)
+          tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=5e-2)
+          test  M in 1..30, N in 1..30
+          bench M=4096, N=4096, dtype=f32
+        """,
     "int_mix": """
         op int_mix
           dims N

@@ -418,14 +418,16 @@ def _extent(rng, sizes: dict[str, int]) -> int:
 
 
 def _rows_contiguous(plan: Plan) -> bool:
-    """Whether the reductions read their widest tensor with the row axis as its last
-    (contiguous) subscript and the reduced indices elsewhere."""
+    """Whether the reductions (or, with none, the scans) read their widest tensor with the
+    row axis as its last (contiguous) subscript and the reduced indices elsewhere."""
     if plan.row_axis is None:
         return False
     row = plan.row_axis[0]
     found = False
-    for v in plan.row_values:
-        reads = [n for n in ir.walk(v.body) if isinstance(n, ir.Access) and n.subscripts]
+    bodies = [v.body for v in plan.row_values] or [
+        n.body for st in plan.stores for n in ir.walk(st.value) if isinstance(n, ir.Scan)]
+    for body in bodies:
+        reads = [n for n in ir.walk(body) if isinstance(n, ir.Access) and n.subscripts]
         if not reads:
             continue
         widest = max(reads, key=lambda a: len(a.subscripts))
