@@ -301,17 +301,16 @@ def main(argv=None) -> int:
                               baseline="compile" if args.device == "cuda" else "eager",
                               also_baselines=("eager",) if args.device == "cuda" else ())
             heavy = host_bytes(op, sizes, dtype) * args.workers > 0.6 * host
-            futures[(big if heavy else pool).submit(EvalJob(op, cand, full))] = \
-                (number, "compile", op, path)
+            futures[(big if heavy else pool).submit(EvalJob(op, cand, full))] = number
         for fut in as_completed(futures):
-            number, mode, op, path = futures[fut]
+            number = futures[fut]
             row = rows[number]
             try:
                 res = fut.result()
             except Exception as e:
                 res = None
-                row.setdefault("message", f"{mode}: {type(e).__name__}: {e}"[:200])
-            if res is not None and mode == "compile":
+                row.setdefault("message", f"{type(e).__name__}: {e}"[:200])
+            if res is not None:
                 a = res.artifacts or {}
                 row.update(eager_ms=(a.get("baselines_ms") or {}).get("eager") or (
                                res.baseline_ms if res.baseline_name == "eager" else None),

@@ -76,13 +76,7 @@ class TritonBackend:
     def supports(self, op: ir.Op, device: str) -> str | None:
         if device not in self.devices:
             return f"the triton backend runs on {' and '.join(self.devices)}, not {device}"
-        try:
-            _lowered(op)
-            # the class generators may still refuse a detail (a scan of a scan): ask them
-            self.render(op, self.space(op, device).default(), device)
-        except Unsupported as e:
-            return str(e)
-        return None
+        return _refusal(op, device)
 
     # ---- search space ----
     def space(self, op: ir.Op, device: str) -> Space:
@@ -209,6 +203,19 @@ def _arg(a) -> str:
     if type(a).__name__ == "TensorDescriptor":
         return f"desc({_arg(a.base)}, {list(a.shape)}, {list(a.strides)}, {list(a.block_shape)})"
     return repr(a)
+
+
+@lru_cache(maxsize=256)
+def _refusal(op: ir.Op, device: str) -> str | None:
+    """Why the backend cannot render ``op`` (None when it can): the lowering, then the
+    class generators on the default genome, which may still refuse a detail (a scan of a
+    scan). Once per op and device: every evaluation asks before it renders its own."""
+    try:
+        _lowered(op)
+        BACKEND.render(op, BACKEND.space(op, device).default(), device)
+    except Unsupported as e:
+        return str(e)
+    return None
 
 
 @lru_cache(maxsize=256)
