@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kdsl import cases
-from kdsl.search import correctness, timing
+from kdsl.search.eval import correctness, timing
 from kdsl.search.runs import versions
 from script_args import device_ready, library_ops  # bench/script_args.py
 

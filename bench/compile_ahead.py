@@ -28,7 +28,7 @@ from script_args import device_ready, library_ops  # bench/script_args.py
 ONE = r'''
 import json, sys, time
 from kdsl import spec
-from kdsl.search import evaluator
+from kdsl.search.eval import evaluator
 from kdsl.search.candidate import Candidate
 from kdsl.search.jobs import EvalConfig, EvalJob
 (_, op), = spec.library_ops([sys.argv[1]])

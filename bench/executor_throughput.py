@@ -80,7 +80,7 @@ def register() -> None:
 def evaluate(job):
     """Ray's evaluation: the real evaluator, with the bench backend registered."""
     register()
-    from kdsl.search.evaluator import evaluate as real
+    from kdsl.search.eval.evaluator import evaluate as real
     return real(job)
 
 

@@ -53,8 +53,8 @@ def time_order(op, case, fn, device: str, reps: int) -> dict:
     import torch
 
     from kdsl import baseline
-    from kdsl.search import correctness as corr
-    from kdsl.search import device_lock, timing
+    from kdsl.search.eval import correctness as corr
+    from kdsl.search.eval import device_lock, timing
     ins = corr.fresh_inputs(op, case.dtype, case.inputs, device)
     outs = corr.alloc_outputs(op, case.sizes, case.dtype, device, 0)
     wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
@@ -88,8 +88,8 @@ def plain_gather(op, case, table: str, index: str, order: str, device: str, reps
     against the same rows taken on the host."""
     import torch
 
-    from kdsl.search import correctness as corr
-    from kdsl.search import device_lock, timing
+    from kdsl.search.eval import correctness as corr
+    from kdsl.search.eval import device_lock, timing
     picked = distinct_rows(case.inputs[index], order)
     with device_lock.shared(device):
         src = corr.fresh_inputs(op, case.dtype, case.inputs, device)[table]
@@ -108,8 +108,8 @@ def plain_gather(op, case, table: str, index: str, order: str, device: str, reps
 
 def measure(op, genome: dict | None, backend_name: str, device: str, reps: int) -> dict:
     from kdsl import backends
-    from kdsl.search import timing
-    index = sorted(set(timing.gathered_by(op).values()))
+    from kdsl.search.eval import floor, timing
+    index = sorted(set(floor.gathered_by(op).values()))
     point = timing.bench_point(op, device)
     dtype = timing.bench_dtype(op, point, None)
     case = timing.bench_case(op, point, dtype)
@@ -117,15 +117,15 @@ def measure(op, genome: dict | None, backend_name: str, device: str, reps: int) 
     space = backend.space(op, device)
     full = space.complete(genome or space.default())
     fn = backend.build(op, backend.render(op, full, device), device).fn
-    nbytes = timing.traffic_bytes(op, case.sizes, dtype, case.inputs)
-    bw = timing.copy_bandwidth(device, nbytes)
+    nbytes = floor.traffic_bytes(op, case.sizes, dtype, case.inputs)
+    bw = floor.copy_bandwidth(device, nbytes)
     floor_ms = nbytes / bw * 1e3
     rows = []
     for label, c in (("bench order", case), ("sorted", sorted_case(case, index[0]))):
         r = time_order(op, c, fn, device, reps)
         r.update(order=label, floor_ms=floor_ms, of_floor=r["kernel_ms"] / floor_ms)
         rows.append(r)
-    table = next(t for t, i in timing.gathered_by(op).items() if i == index[0])
+    table = next(t for t, i in floor.gathered_by(op).items() if i == index[0])
     plain = [plain_gather(op, case, table, index[0], order, device, reps, bw)
              for order in ("bench order", "sorted")]
     return {"genome": full, "index": index[0], "sizes": dict(case.sizes), "dtype": dtype,
@@ -144,8 +144,8 @@ def main(argv=None) -> int:
     op = library_op("gather_locality", args.op)
     if op is None:
         return 2
-    from kdsl.search import timing
-    if not timing.gathered_by(op):
+    from kdsl.search.eval import floor
+    if not floor.gathered_by(op):
         return _usage(f"op '{op.name}' reads no table by index")
     try:
         genome = json.loads(args.genome) if args.genome else None

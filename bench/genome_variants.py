@@ -75,7 +75,7 @@ def profile_runs(op, todo, device: str, runs: int) -> None:
     """Each variant's kernel, then the compiled baseline, ``runs`` times at the bench point."""
     import torch
     from kdsl import backends
-    from kdsl.search import correctness, timing
+    from kdsl.search.eval import correctness, timing
     point = timing.bench_point(op, device)
     case = timing.bench_case(op, point, timing.bench_dtype(op, point, None))
     ins = correctness.fresh_inputs(op, case.dtype, case.inputs, device)

@@ -8,7 +8,7 @@
 For every op in ``specs/``: ``kdsl search --backend triton --device cuda`` with the
 offline operators (mcts, one seed), many evaluations in flight in a pool of
 worker processes (they compile and check in parallel on the host's CPUs; the
-timing stage holds the GPU alone, see ``kdsl.search.device_lock``). The search
+timing stage holds the GPU alone, see ``kdsl.search.eval.device_lock``). The search
 checks correctness on one seed's cases in the bench dtype only and rewards speed over torch eager,
 for speed (torch.compile in every worker would cost a compile each); then the best kernel and
 the default genome are evaluated again, in full (every dtype the op declares, more
@@ -55,7 +55,7 @@ class Kept:
 
 def footprint_bytes(op, point, dtype: str) -> int:
     """Every input and output at the bench point, whole (gathered tables included)."""
-    from kdsl.search.timing import traffic_bytes
+    from kdsl.search.eval.floor import traffic_bytes
     return traffic_bytes(op, point.size_dict(), dtype)
 
 
@@ -79,7 +79,7 @@ def search_op(path, op, args, out: Path, pool, cache: str) -> dict:
     from kdsl.search.display import LogDisplay
     from kdsl.search.jobs import SEARCH_SLOW_CUTOFF, EvalConfig
     from kdsl.search.settings import SearchSettings
-    from kdsl.search.timing import bench_dtype, bench_point
+    from kdsl.search.eval.timing import bench_dtype, bench_point
     point = bench_point(op, args.device)
     dtype = bench_dtype(op, point, None)
     workers = workers_for(op, point, dtype, args.workers)
@@ -205,7 +205,7 @@ def op_class(op) -> str:
 
 def search_row(path, op, args, out, search_pool, cache) -> tuple[dict, dict]:
     """One op's row with its search's figures (or its error), and the search's best."""
-    from kdsl.search.timing import bench_dtype, bench_point
+    from kdsl.search.eval.timing import bench_dtype, bench_point
     point = bench_point(op, args.device)
     row = {"op": op.name, "shape": point.size_dict(), "dtype": bench_dtype(op, point, None),
            "class": op_class(op)}

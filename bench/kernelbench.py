@@ -93,7 +93,7 @@ def contraction_flops(op, sizes: dict) -> int | None:
 def host_bytes(op, sizes: dict, dtype: str) -> int:
     """What one worker holds on the host for a problem: its inputs and outputs three
     times over (drawn, uploaded from, the oracle's) and a GiB besides."""
-    from kdsl.search.timing import traffic_bytes
+    from kdsl.search.eval.floor import traffic_bytes
     return 3 * traffic_bytes(op, sizes, dtype) + (1 << 30)
 
 
@@ -103,7 +103,7 @@ def kernelbench_check(kb_dir: Path, level: int, number: int, op, device: str = "
 
     import torch
     from kdsl import baseline
-    from kdsl.search.timing import bench_point
+    from kdsl.search.eval.timing import bench_point
     files = list((kb_dir / "KernelBench" / f"level{level}").glob(f"{number}_*.py"))
     if not files:
         return {"kb_agrees": None, "kb_note": "no KernelBench file"}
@@ -257,7 +257,7 @@ def main(argv=None) -> int:
     from kdsl.search.executors import PoolExecutor
     from kdsl.search.jobs import EvalConfig, EvalJob
     from kdsl.search.runs import versions
-    from kdsl.search.timing import bench_dtype, bench_point
+    from kdsl.search.eval.timing import bench_dtype, bench_point
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -351,7 +351,7 @@ def search_all(args, rows, files, out: Path, pool, meta, started) -> None:
     from kdsl.search.display import LogDisplay
     from kdsl.search.jobs import SEARCH_SLOW_CUTOFF, EvalConfig, EvalJob
     from kdsl.search.settings import SearchSettings
-    from kdsl.search.timing import bench_dtype, bench_point
+    from kdsl.search.eval.timing import bench_dtype, bench_point
     backend = "triton" if args.device == "cuda" else "c"
     cuda = args.device == "cuda"
     for number, path in files:

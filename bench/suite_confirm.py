@@ -4,7 +4,7 @@ timed again, against torch eager and against torch.compile, one op behind the se
 A confirmation runs in its own worker process (one per op, so that no state of one op's
 torch.compile, a limit or a cache, can reach the next op's figures) while the next op's
 search runs, two confirmations at a time. All of them run bench-size kernels only under
-the host-wide device lock (``kdsl.search.device_lock``), so a confirmation's timed runs
+the host-wide device lock (``kdsl.search.eval.device_lock``), so a confirmation's timed runs
 never share the GPU with another worker's bench-size kernels; what they share is the
 host's CPUs (the search compiles on them), uploads over PCIe and, now and then, a search
 worker's small correctness case or the one bench-size run with which torch.compile ends
@@ -29,7 +29,7 @@ def confirm(op, genome: dict | None, pool, args) -> dict:
     from kdsl import backends
     from kdsl.search.candidate import Candidate
     from kdsl.search.jobs import EvalConfig, EvalJob
-    from kdsl.search.timing import bench_dtype, bench_point
+    from kdsl.search.eval.timing import bench_dtype, bench_point
     point = bench_point(op, args.device)
     space = backends.get(args.backend).space(op, args.device)
     cand = Candidate.of(args.backend, space.complete(genome or space.default()))

@@ -56,7 +56,7 @@ class InlineExecutor:
         self.timer = timer
 
     def submit(self, job: EvalJob) -> "Future[Result]":
-        from .evaluator import evaluate
+        from .eval.evaluator import evaluate
         return _done(evaluate(job, timer=self.timer))
 
     def shutdown(self) -> None:

@@ -57,7 +57,7 @@ from kdsl.errors import UsageError
 
 from .jobs import EvalJob
 from .result import Result
-from .verdict import picklable, verdict
+from .eval.verdict import picklable, verdict
 
 try:
     import ray
@@ -94,7 +94,7 @@ def _evaluate_task(job: EvalJob, evaluate_fn: Callable | None, gpu: bool):
         print(f"kdsl: restarting a Ray worker: {_poisoned}", file=sys.stderr)
         os._exit(70)  # the driver sees a crash and re-runs this job on a fresh worker
     if evaluate_fn is None:
-        from .evaluator import evaluate as evaluate_fn  # torch too: outside the deadline
+        from .eval.evaluator import evaluate as evaluate_fn  # torch too: outside the deadline
     yield STARTED
     try:
         result = evaluate_fn(job)
@@ -134,7 +134,7 @@ class RayExecutor:
                  start_timeout_s: float = 300.0, runtime_env: dict | None = None,
                  fresh_process: bool = False, log_to_driver: bool = False):
         """``evaluate_fn`` must be importable by the workers (or picklable by value);
-        None means ``kdsl.search.evaluator.evaluate``. ``num_cpus``, ``num_gpus`` and
+        None means ``kdsl.search.eval.evaluator.evaluate``. ``num_cpus``, ``num_gpus`` and
         ``temp_dir`` shape a local cluster this executor starts; ``runtime_env`` is
         added to every task's (e.g. ``{'env_vars': {'PYTHONPATH': ...}}``).
         ``timeout_s`` overrides the jobs' ``config.timeout_s``; ``start_timeout_s``

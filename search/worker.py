@@ -23,7 +23,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from .verdict import picklable, verdict  # standard library only, like this module
+from .eval.verdict import picklable, verdict  # standard library only, like this module
 
 TRACEBACK_MARGIN_S = 0.5
 
@@ -63,7 +63,7 @@ def main(conn, kind: WorkerKind, log_path: str, initializer: str | None) -> None
         getattr(__import__(module, fromlist=[fn]), fn)()
     import torch  # noqa: F401 - imported once here, not inside the first job's deadline
 
-    from .evaluator import evaluate
+    from .eval.evaluator import evaluate
     conn.send(("ready", os.getpid()))
     while True:
         try:

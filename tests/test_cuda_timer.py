@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kdsl.search.cuda_timer import queued_batches
+from kdsl.search.eval.cuda_timer import queued_batches
 
 
 class ScriptedBatches:
@@ -53,7 +53,7 @@ def test_no_reps_runs_nothing():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_timer_times_a_kernel_behind_its_waits():
-    from kdsl.search.cuda_timer import CudaTimer
+    from kdsl.search.eval.cuda_timer import CudaTimer
     x = torch.ones(1 << 24, device="cuda")
     timer = CudaTimer(flush_bytes=1 << 20, batch=4)
     samples = timer(lambda: x.mul_(1.0), warmup=2, reps=10)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kdsl.search import device_lock
+from kdsl.search.eval import device_lock
 
 
 def _hold(name: str, lock_dir: str, seconds: float, q) -> None:

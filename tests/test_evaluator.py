@@ -17,7 +17,7 @@ import torch
 
 import fake_backend
 from fake_backend import QUICK, SOFTMAX, load, softmax_op
-from kdsl.search import correctness, evaluator, timing
+from kdsl.search.eval import correctness, evaluator, timing
 from kdsl.search.candidate import Candidate
 from kdsl.search.executors import InlineExecutor
 from kdsl.search.jobs import EvalJob
@@ -393,7 +393,7 @@ def test_real_backends_pass_correctness_inline():
 def test_the_small_cases_run_and_are_judged_sharing_the_device(monkeypatch):
     """On a GPU the correctness cases take the device lock shared (never beside another
     process's timed runs); the float64 reference is computed outside it."""
-    from kdsl.search import device_lock
+    from kdsl.search.eval import device_lock
     sharing = []
 
     @contextlib.contextmanager
@@ -427,7 +427,7 @@ def test_the_small_cases_run_and_are_judged_sharing_the_device(monkeypatch):
 def test_a_result_sums_the_lock_waits_of_its_correctness_and_timing_stages(monkeypatch):
     """Each hold of the device lock (shared or alone) in either stage adds its wait to the
     one figure the run's summary adds up."""
-    from kdsl.search import device_lock
+    from kdsl.search.eval import device_lock
     monkeypatch.setattr(timing, "BASELINES", {})
     monkeypatch.setattr(device_lock, "device_id", lambda device: "cuda-test")
     holds = {"correctness": 0, "timing": 0}

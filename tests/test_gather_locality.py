@@ -36,7 +36,7 @@ def test_sorting_keeps_the_rows_and_orders_them():
 
 def test_both_orders_are_checked_and_timed_on_the_cpu(tmp_path):
     """The c backend at embedding_bag_sum's cpu bench point (a 512 MB table)."""
-    from kdsl.search import timing
+    from kdsl.search.eval import timing
     try:
         assert gather_locality.main(["--op", "embedding_bag_sum", "--backend", "c",
                                      "--device", "cpu", "--reps", "3", "--out",

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from kdsl.search import guards
+from kdsl.search.eval import guards
 
 
 def found(source: str, backend: str = "triton", language: str = "python") -> list[str]:

@@ -20,7 +20,7 @@ from kdsl.agreement import check_agreement
 from kdsl.backends import get
 from kdsl.errors import SpecError
 from kdsl.reference import reference
-from kdsl.search import correctness
+from kdsl.search.eval import correctness
 from kdsl.search.jobs import EvalConfig
 from kdsl.show import format_op
 

@@ -24,7 +24,7 @@ from kdsl.search.display import QuietDisplay  # noqa: E402
 from kdsl.search.jobs import EvalConfig, EvalJob  # noqa: E402
 from kdsl.search.executors import InlineExecutor  # noqa: E402
 from kdsl.search.ray_executor import RayExecutor  # noqa: E402
-from kdsl.search.verdict import verdict  # noqa: E402
+from kdsl.search.eval.verdict import verdict  # noqa: E402
 from kdsl.search.result import Result  # noqa: E402
 from kdsl.search.runstore import LINEAGE, RunStore  # noqa: E402
 from kdsl.search.settings import SearchSettings  # noqa: E402
@@ -100,7 +100,7 @@ def test_evaluation_through_ray_equals_inline_evaluation(cluster, op):
 
 
 def test_the_real_evaluator_through_ray_equals_inline_evaluation(cluster, op):
-    """The default evaluation (``kdsl.search.evaluator``) in a Ray worker."""
+    """The default evaluation (``kdsl.search.eval.evaluator``) in a Ray worker."""
     from kdsl import backends
     c = backends.get("c")
     config = EvalConfig(time=False, seeds=(1,), cases_per_dtype=1)

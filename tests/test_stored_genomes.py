@@ -9,7 +9,7 @@ import pytest
 
 from kdsl import backends, spec
 from kdsl.search.candidate import Candidate
-from kdsl.search.evaluator import evaluate
+from kdsl.search.eval.evaluator import evaluate
 from kdsl.search.executors import PoolExecutor
 from kdsl.search.jobs import EvalConfig, EvalJob
 from kdsl.search.starts import genomes_dir, starting_points

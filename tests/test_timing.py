@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fake_backend import QUICK, load, softmax_op
-from kdsl.search import timing
+from kdsl.search.eval import floor, timers, timing
 
 CONFIG = dataclasses.replace(QUICK, time=True, warmup=2, reps=5, slow_cutoff=10.0)
 
@@ -62,7 +62,7 @@ def test_cpu_timer_takes_reps_after_warmup_and_runs_setup_outside():
         setups.append(clock.now)
         clock.now += 50.0  # setup time must not count
 
-    samples = timing.CpuTimer(clock)(fn, warmup=2, reps=5, setup=setup)
+    samples = timers.CpuTimer(clock)(fn, warmup=2, reps=5, setup=setup)
     assert samples == pytest.approx([5.0, 1.0, 3.0, 2.0, 4.0])
     assert len(setups) == 7
 
@@ -233,22 +233,22 @@ def test_no_bench_point_is_a_clear_failure():
 
 def test_traffic_counts_every_input_and_output_at_its_dtype():
     op = load("swiglu")
-    assert timing.traffic_bytes(op, {"M": 4, "N": 8}, "bf16") == 3 * 32 * 2
-    assert timing.traffic_bytes(op, {"M": 4, "N": 8}, "f32") == 3 * 32 * 4
+    assert floor.traffic_bytes(op, {"M": 4, "N": 8}, "bf16") == 3 * 32 * 2
+    assert floor.traffic_bytes(op, {"M": 4, "N": 8}, "f32") == 3 * 32 * 4
 
 
 def test_cpu_copy_bandwidth_is_measured_once_per_size():
-    bw = timing.copy_bandwidth("cpu", 3 << 20)
+    bw = floor.copy_bandwidth("cpu", 3 << 20)
     assert bw > 1e8
-    assert timing.copy_bandwidth("cpu", 4 << 20) == bw  # same power-of-two bucket, cached
+    assert floor.copy_bandwidth("cpu", 4 << 20) == bw  # same power-of-two bucket, cached
 
 
 def test_gpu_copy_bandwidth_is_measured_at_each_call_and_the_fastest_kept(monkeypatch):
     """A copy slowed by interference once must not set a process's floors for good."""
     reads = iter([3.8e12, 4.2e12, 4.0e12])
-    monkeypatch.setattr(timing, "_measure_copy", lambda device, moved: next(reads))
-    monkeypatch.setattr(timing, "_BANDWIDTH", {})
-    got = [timing.copy_bandwidth("cuda", 1 << 20) for _ in range(3)]
+    monkeypatch.setattr(floor, "_measure_copy", lambda device, moved: next(reads))
+    monkeypatch.setattr(floor, "_BANDWIDTH", {})
+    got = [floor.copy_bandwidth("cuda", 1 << 20) for _ in range(3)]
     assert got == [3.8e12, 4.2e12, 4.2e12]
 
 
@@ -338,11 +338,11 @@ def test_the_bench_traffic_is_counted_once_a_process(monkeypatch):
     op = softmax_op()
     case = timing.bench_case(op, timing.bench_point(op, "cpu"), "f32")
     counted = []
-    monkeypatch.setattr(timing, "_BENCH_TRAFFIC", {})
-    real = timing.traffic_bytes
-    monkeypatch.setattr(timing, "traffic_bytes", lambda *a: counted.append(1) or real(*a))
-    first = timing.bench_traffic_bytes(op, case)
-    assert timing.bench_traffic_bytes(op, case) == first == real(op, case.sizes, "f32",
+    monkeypatch.setattr(floor, "_BENCH_TRAFFIC", {})
+    real = floor.traffic_bytes
+    monkeypatch.setattr(floor, "traffic_bytes", lambda *a: counted.append(1) or real(*a))
+    first = floor.bench_traffic_bytes(op, case)
+    assert floor.bench_traffic_bytes(op, case) == first == real(op, case.sizes, "f32",
                                                                   case.inputs)
     assert len(counted) == 1
 

@@ -11,7 +11,7 @@ import pickle
 import sys
 from dataclasses import replace
 
-from .result import Result
+from ..result import Result
 
 
 def verdict(job, result: Result) -> tuple[Result, str | None]:

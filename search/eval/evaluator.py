@@ -16,8 +16,8 @@ from kdsl import backends
 from kdsl.backends import BuildError, Built, Unsupported
 
 from . import correctness, guards, timing
-from .jobs import EvalJob
-from .result import STAGES, Result
+from ..jobs import EvalJob
+from ..result import STAGES, Result
 
 
 class StageFailed(Exception):
