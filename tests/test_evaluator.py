@@ -17,7 +17,7 @@ import torch
 
 import fake_backend
 from fake_backend import QUICK, SOFTMAX, load, softmax_op
-from kdsl.search.eval import correctness, evaluator, timing
+from kdsl.search.eval import correctness, evaluator, plan, timing
 from kdsl.search.candidate import Candidate
 from kdsl.search.executors import InlineExecutor
 from kdsl.search.jobs import EvalJob
@@ -190,7 +190,7 @@ def test_caching_by_shape_is_caught_by_the_second_run_on_new_values():
         outputs["y"].copy_(memo[key])
 
     config = dataclasses.replace(QUICK, cases_per_dtype=1)
-    shapes = [p.shape.sizes for p in correctness.plan(op, config)]
+    shapes = [p.shape.sizes for p in plan.plan(op, config)]
     assert len({tuple(s.items()) for s in shapes}) == len(shapes)  # no repeat to give it away
     outcome = correctness.check(op, cached, config)
     assert "second run, new values" in outcome.message
@@ -298,7 +298,7 @@ def test_a_build_prepares_every_planned_shape_before_the_cases_run(monkeypatch):
     r = evaluate(SOFTMAX)
     assert r.ok, r.message
     (shapes, cases_before), = seen  # once, before any case ran
-    planned = correctness.plan(load("softmax"), QUICK)
+    planned = plan.plan(load("softmax"), QUICK)
     assert cases_before == 0 and shapes == [(p.shape.sizes, p.shape.dtype) for p in planned]
     assert r.artifacts["prepare_s"] >= 0 and "prepare" not in r.artifacts
 
@@ -365,9 +365,9 @@ def test_poison_is_not_what_arithmetic_produces():
 
 def test_the_plan_adds_edge_sizes_and_respects_the_element_limit():
     op = load("softmax")
-    planned = correctness.plan(op, dataclasses.replace(QUICK, max_case_elements=2000))
+    planned = plan.plan(op, dataclasses.replace(QUICK, max_case_elements=2000))
     sizes = [p.shape.sizes for p in planned]
-    assert all(correctness.elements(op, s) <= 2000 for s in sizes)
+    assert all(plan.elements(op, s) <= 2000 for s in sizes)
     assert {"M": 1, "N": 1} in sizes
     assert any(p.shape.label == "edge-size" for p in planned)
     assert {p.shape.dtype for p in planned} == {"f32"}
@@ -375,7 +375,7 @@ def test_the_plan_adds_edge_sizes_and_respects_the_element_limit():
 
 def test_dtypes_the_op_lacks_fall_back_to_its_own():
     op = load("hash_bucketize")
-    assert correctness.chosen_dtypes(op, ("f32",)) == op.dtype_choices
+    assert plan.chosen_dtypes(op, ("f32",)) == op.dtype_choices
 
 
 def test_real_backends_pass_correctness_inline():

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from kdsl import backends
 from kdsl.backends import BuildError, Built, Unsupported
 
-from . import correctness, guards, timing
+from . import correctness, guards, plan, timing
 from ..jobs import EvalJob
 from ..result import STAGES, Result
 
@@ -102,7 +102,7 @@ def prepare(run: _Run) -> None:
     """Let the build compile ahead for every test shape at once. A failure here is no
     verdict: the cases then compile their kernels at their first call, as without it."""
     started = time.perf_counter()
-    shapes = [(p.shape.sizes, p.shape.dtype) for p in correctness.plan(run.job.op, run.job.config)]
+    shapes = [(p.shape.sizes, p.shape.dtype) for p in plan.plan(run.job.op, run.job.config)]
     try:
         run.built.prepare(shapes)
     except Exception as e:
