@@ -87,11 +87,33 @@ def _search_options(p, compare: bool = False) -> None:
     p.add_argument("--model", default="claude-sonnet-4-5")
     p.add_argument("--max-llm-calls", type=int)
     p.add_argument("--llm-repairs", type=int, default=2, help="repair attempts per failed child")
+    p.add_argument("--llm-call-timeout", type=_seconds, default=300.0, metavar="SECONDS",
+                   help="deadline of one LLM call, its retries and their waits included; a "
+                        "call that reaches it is a failed child (default: 300)")
+    p.add_argument("--llm-run-budget", type=_seconds_or_none, default=3600.0,
+                   metavar="SECONDS",
+                   help="seconds a run may spend waiting on LLM calls in all; when they are "
+                        "spent the search goes on without LLM operators ('none': no limit; "
+                        "default: 3600)")
     p.add_argument("--replay-from", help="(--llm replay) the run whose exchanges to replay")
     p.add_argument("--no-priors", action="store_true",
                    help="ignore what earlier runs learned about operator weights")
     p.add_argument("--no-stored", action="store_true",
                    help="start from the backend's defaults, not the best genome in specs/genomes/")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got '{text}'") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got '{text}'")
+    return value
+
+
+def _seconds_or_none(text: str) -> float | None:
+    return None if text.strip().lower() in ("none", "off", "unlimited") else _seconds(text)
 
 
 def main(argv=None) -> int:
@@ -108,6 +130,17 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("kdsl: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        # a place the user named that cannot be read or written (a full disk, a path
+        # through /proc): one line, as for any other bad input, never a traceback
+        print(f"kdsl: error: {_os_error(e)}", file=sys.stderr)
+        return 2
+
+
+def _os_error(e: OSError) -> str:
+    what = e.strerror or str(e)
+    names = " -> ".join(str(n) for n in (e.filename, e.filename2) if n)
+    return f"{names}: {what[:1].lower() + what[1:]}" if names else what
 
 
 if __name__ == "__main__":

@@ -81,6 +81,8 @@ def cmd_resume(args) -> int:
 
 def cmd_compare(args) -> int:
     from kdsl.search.compare import compare
+    from kdsl.search.files import check_out
+    check_out(args.out, "--out")  # before any run is started in it
     return compare(args)
 
 

@@ -29,6 +29,8 @@ def settings_from(args, policy: str, seed: int) -> SearchSettings:
                           executor=args.executor, executor_options=options,
                           llm=resolve_mode(args.llm), model=args.model,
                           max_llm_calls=args.max_llm_calls, llm_repairs=args.llm_repairs,
+                          llm_call_timeout_s=args.llm_call_timeout,
+                          llm_run_budget_s=args.llm_run_budget,
                           replay_from=args.replay_from, use_priors=not args.no_priors,
                           use_stored=not args.no_stored,
                           eval=EvalConfig(device=args.device, slow_cutoff=SEARCH_SLOW_CUTOFF))

@@ -15,8 +15,7 @@ from kdsl.errors import UsageError
 from kdsl.show import format_expr
 
 from . import lineage
-from .runstore import RunError, RunStore
-from .settings import SearchSettings
+from .files import atomic_write, check_out
 
 C_LOADER = '''
 import ctypes as _ctypes
@@ -123,16 +122,31 @@ def kernelbench(op: ir.Op) -> str:
 
 
 def export(args) -> int:
-    try:
-        store = RunStore.open(args.run)
-    except RunError as e:
-        raise UsageError(str(e)) from None
+    from .runs import open_run
+    out = check_out(args.out, "--out", kind="file")
+    store, settings = open_run(args.run)
     best = lineage.best(store.nodes)
     if best is None or not best.get("source_path"):
         raise UsageError(f"{args.run} has no correct kernel to export yet")
-    settings = SearchSettings.from_record(store.header["settings"])
-    op = spec_mod.find_op(spec_mod.load(Path(args.run) / "spec.kspec"), settings.op)
-    source = (Path(args.run) / best["source_path"]).read_text()
+    if not isinstance(best.get("candidate"), dict) or not best["candidate"].get("backend"):
+        raise UsageError(f"{args.run}: the best node's record (node {best['id']}) names no "
+                         "backend; the run is damaged")
+    kernel_file = Path(args.run) / best["source_path"]
+    try:
+        source = kernel_file.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{args.run}: cannot read the best kernel {kernel_file} "
+                         f"({getattr(e, 'strerror', None) or e})") from None
+    if best.get("source_hash") and lineage.source_hash(source) != best["source_hash"]:
+        raise UsageError(f"{kernel_file} is damaged (its content does not match node "
+                         f"{best['id']}'s hash); 'kdsl resume {args.run}' rewrites it")
+    spec_path = Path(args.run) / "spec.kspec"
+    if not spec_path.is_file():
+        raise UsageError(f"{args.run}: the run's copy of its spec (spec.kspec) is missing")
+    try:
+        op = spec_mod.find_op(spec_mod.load(spec_path), settings.op)
+    except KeyError as e:
+        raise UsageError(f"{spec_path}: {e.args[0]}") from None
     backend = best["candidate"]["backend"]
     res = best["result"]
     head = (f'"""{op.name}: exported by kdsl from {args.run} (node {best["id"]}, backend '
@@ -149,7 +163,7 @@ def export(args) -> int:
         + wrapper(op, bench) + (kernelbench(op) if args.format == "kernelbench" else "")
     if "import kdsl" in text or "from kdsl" in text:
         print("kdsl: warning: this kernel imports kdsl; the module needs kdsl installed")
-    Path(args.out).write_text(text)
+    atomic_write(out, text)
     print(f"wrote {args.out} ({args.format}: node {best['id']}, {backend}, "
           f"{res['speedup']:.3f}x)")
     return 0

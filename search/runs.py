@@ -5,6 +5,7 @@ import functools
 import importlib.metadata
 import platform
 import statistics
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,8 +17,10 @@ from kdsl.errors import UsageError
 from . import learned
 from .cache import MeasurementCache
 from .engine import Display, Engine, Stats
+from .files import check_out
 from .operators import Context, OperatorSet
 from .policies import POLICIES
+from .lineage import source_hash
 from .runstore import RunError, RunStore
 from .settings import SearchSettings
 from .starts import starting_points
@@ -247,6 +250,9 @@ def start(settings: SearchSettings, out: str | Path, cache_path: str | None = No
     op, text = load_op(settings.spec, settings.op)
     settings.op = op.name
     spaces_for(op, settings.backends, settings.device)  # bad backends fail before the dir
+    check_out(out, "--out")  # an unwritable place fails here, before any directory is made
+    if cache_path:
+        check_out(Path(cache_path).parent, "--cache")
     header = {"settings": settings.to_record(), "op_hash": op.hash,
               "cache": str(cache_path) if cache_path else None, "created": time.time(),
               "priors": _priors(settings, op)}
@@ -258,21 +264,92 @@ def start(settings: SearchSettings, out: str | Path, cache_path: str | None = No
     return store, execute(settings, store, op, cache_path, display, executor)
 
 
-def resume(run_dir: str | Path, budget: int | None = None, display: Display | None = None,
-           executor=None) -> tuple[RunStore, dict]:
+def open_run(run_dir: str | Path) -> tuple[RunStore, SearchSettings]:
+    """A run directory and its settings; UsageError (one line) for anything not a usable run."""
     try:
         store = RunStore.open(run_dir)
     except RunError as e:
         raise UsageError(str(e)) from None
-    settings = SearchSettings.from_record(store.header["settings"])
+    try:
+        settings = SearchSettings.from_record(store.header["settings"])
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{run_dir}: the run's settings are damaged ({e})") from None
+    return store, settings
+
+
+def resume(run_dir: str | Path, budget: int | None = None, display: Display | None = None,
+           executor=None) -> tuple[RunStore, dict]:
+    store, settings = open_run(run_dir)
     if budget is not None:
         if budget < 1:
             raise UsageError(f"--budget must be at least 1, got {budget}")
         settings.budget = budget
+    check_out(run_dir, "resume:")  # a run on a read-only disk cannot go on: say so first
     spec_copy = Path(run_dir) / "spec.kspec"
+    if not spec_copy.is_file():
+        raise UsageError(f"{run_dir}: the run's copy of its spec (spec.kspec) is missing")
     op, _ = load_op(str(spec_copy), settings.op)
     if op.hash != store.header.get("op_hash"):
         raise UsageError(f"{run_dir}: its spec.kspec no longer matches the run's op "
                          f"(hash {op.hash} vs {store.header.get('op_hash')})")
     cache_path = store.header.get("cache") or str(Path(run_dir) / "cache.sqlite")
+    repair_kernels(store, settings, op, cache_path)
     return store, execute(settings, store, op, cache_path, display, executor)
+
+
+def repair_kernels(store: RunStore, settings: SearchSettings, op: ir.Op, cache_path) -> int:
+    """Write again every kernel file that is missing or damaged (a kill mid-write under an
+    older kdsl): from the measurement cache, the record's own source or a fresh render,
+    whichever matches the recorded hash. One that cannot be rebuilt is removed, with a
+    warning, so no damaged kernel stays behind a record. Returns the number rewritten."""
+    damaged = store.damaged_kernels()
+    if not damaged:
+        return _refresh_best(store)
+    cache = MeasurementCache(cache_path)
+    fixed = 0
+    try:
+        for r in damaged:
+            rel, want = r["source_path"], r["source_hash"]
+            src = next((t for t in _sources_of(r, cache, op, settings.device)
+                        if t and source_hash(t) == want), None)
+            if src is not None:
+                store.write_kernel(want, src, rel.rsplit(".", 1)[-1])
+                fixed += 1
+            elif (store.root / rel).exists():
+                (store.root / rel).unlink()
+                print(f"kdsl: warning: {store.root / rel} was damaged and cannot be rebuilt "
+                      f"(node {r['id']}); removed", file=sys.stderr)
+    finally:
+        cache.close()
+    _refresh_best(store)
+    return fixed
+
+
+def _sources_of(record: dict, cache: MeasurementCache, op: ir.Op, device: str):
+    """Where a node's source may still be found, cheapest first."""
+    if record.get("key"):
+        res = cache.get(record["key"])
+        if res is not None:
+            yield res.artifacts.get("source")
+    cand = record.get("candidate") or {}
+    yield cand.get("source")
+    if cand.get("backend") and not cand.get("source_ref") and cand.get("source") is None:
+        try:
+            yield backends.get(cand["backend"]).render(op, cand.get("genome") or {}, device)
+        except Exception:  # a backend gone or changed since: nothing to rebuild from
+            return
+
+
+def _refresh_best(store: RunStore) -> int:
+    """kernels/best.* a copy of the best node's kernel again, if it is not."""
+    best = store.summary().get("best") or {}
+    rel, node_rel = best.get("source_path"), best.get("node_source_path")
+    if not (isinstance(rel, str) and isinstance(node_rel, str) and rel != node_rel):
+        return 0
+    node_file, best_file = store.root / node_rel, store.root / rel
+    if not node_file.is_file():
+        return 0
+    if best_file.is_file() and best_file.read_bytes() == node_file.read_bytes():
+        return 0
+    store.mark_best(node_rel, node_rel.rsplit(".", 1)[-1])
+    return 1

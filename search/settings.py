@@ -26,7 +26,10 @@ class SearchSettings:
     llm_repairs: int = 2                    # repair attempts after a failed LLM child
     llm_base_url: str | None = None         # another Messages API endpoint (tests, proxies)
     llm_backoff_s: float = 2.0              # first retry delay; doubles each retry
-    llm_timeout_s: float = 180.0
+    llm_timeout_s: float = 180.0            # one HTTP attempt (the call deadline caps it)
+    llm_call_timeout_s: float = 300.0       # one call in all: attempts, retries, backoff
+    llm_run_budget_s: float | None = 3600.0  # seconds of LLM calls per run; None: no limit
+    llm_max_reply_chars: int = 262_144      # a longer reply is rejected, its head kept
     replay_from: str | None = None          # run dir or exchanges file for --llm replay
     hardware: str | None = None             # knowledge retrieval; None: from the device
     knowledge_path: str | None = None       # learned-knowledge store; None: the default
@@ -41,11 +44,36 @@ class SearchSettings:
 
     @staticmethod
     def from_record(d: dict) -> "SearchSettings":
+        """The settings a run's header recorded; ValueError naming the first bad field."""
+        if not isinstance(d, dict):
+            raise ValueError("the settings are not a record")
         known = set(SearchSettings.__dataclass_fields__)
         kw = {k: v for k, v in d.items() if k in known}
+        for name in ("spec", "op"):
+            if not isinstance(kw.get(name), str):
+                raise ValueError(f"setting '{name}' is missing or not text")
+        for name, value in kw.items():
+            _check_type(name, value, getattr(_DEFAULTS, name, None))
         ev = kw.get("eval") or {}
+        if not isinstance(ev, dict):
+            raise ValueError("setting 'eval' is not a record")
         ev_known = set(EvalConfig.__dataclass_fields__)
         ev = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ev.items() if k in ev_known}
         kw["eval"] = EvalConfig(**ev)
         kw["backends"] = tuple(kw.get("backends") or ("c",))
         return SearchSettings(**kw)
+
+
+def _check_type(name: str, value, default) -> None:
+    """A recorded value of the same kind as the field's default (None allowed where the
+    default is None), so a hand-edited header fails here and not deep in a run."""
+    if value is None or default is None:
+        return
+    kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,), dict: (dict,),
+             tuple: (list, tuple)}.get(type(default))
+    if kinds and (not isinstance(value, kinds) or
+                  (isinstance(value, bool) and type(default) is not bool)):
+        raise ValueError(f"setting '{name}' is {value!r}, not a {type(default).__name__}")
+
+
+_DEFAULTS = SearchSettings(spec="", op="")

@@ -7,11 +7,14 @@ from rich.table import Table
 from kdsl.errors import UsageError
 
 from . import lineage
+from .files import check_out
 from .runstore import RunError, RunStore
 
 
 def _changed(parent: dict | None, node: dict) -> str:
     genes = (node.get("candidate") or {}).get("genome") or {}
+    if not isinstance(genes, dict):
+        return str(genes)
     if parent is None:
         return ", ".join(f"{k}={v}" for k, v in genes.items())
     before = (parent.get("candidate") or {}).get("genome") or {}
@@ -19,7 +22,14 @@ def _changed(parent: dict | None, node: dict) -> str:
     return ", ".join(diff) or "(same genes)"
 
 
+def _x(speedup) -> str:
+    """A speedup as '1.234x'; whatever a hand-edited summary holds, as it is."""
+    return f"{speedup:.3f}x" if isinstance(speedup, (int, float)) else f"{speedup}x"
+
+
 def show_run(path: str, plot: str | None = None) -> int:
+    if plot:
+        check_out(plot, "--plot", kind="file")
     try:
         store = RunStore.open(path)
     except RunError as e:
@@ -31,12 +41,12 @@ def show_run(path: str, plot: str | None = None) -> int:
                 "failures", "elapsed_s", "evaluations_per_s", "stopped"):
         if key in s:
             t.add_row(key, str(s[key]))
-    base = s.get("baseline") or {}
+    base = s.get("baseline") if isinstance(s.get("baseline"), dict) else {}
     t.add_row("baseline", f"{base.get('name')} {base.get('time_ms')} ms")
     best = s.get("best")
-    if best:
-        t.add_row("best", f"node {best['node']}: {best['speedup']:.3f}x, {best['time_ms']} ms, "
-                          f"{best['source_path']}")
+    if isinstance(best, dict):
+        t.add_row("best", f"node {best.get('node')}: {_x(best.get('speedup'))}, "
+                          f"{best.get('time_ms')} ms, {best.get('source_path')}")
     con.print(t)
 
     top = lineage.best(store.nodes)
@@ -47,8 +57,9 @@ def show_run(path: str, plot: str | None = None) -> int:
         prev = None
         for r in lineage.path_to(store.nodes, top["id"]):
             res = r["result"]
-            p.add_row(str(r["id"]), r["operator"], (r.get("candidate") or {}).get("backend", ""),
-                      f"{res['speedup']:.3f}x" if res.get("ok") else f"failed ({res['stage']})",
+            p.add_row(str(r["id"]), str(r.get("operator", "?")),
+                      str((r.get("candidate") or {}).get("backend", "")),
+                      _x(res.get("speedup")) if res.get("ok") else f"failed ({res['stage']})",
                       _changed(prev, r))
             prev = r
         con.print(p)
@@ -56,7 +67,9 @@ def show_run(path: str, plot: str | None = None) -> int:
     f = Table(title="failures by stage")
     f.add_column("stage")
     f.add_column("count", justify="right")
-    for stage, n in sorted((s.get("failures_by_stage") or {}).items()):
+    by_stage = s.get("failures_by_stage")
+    for stage, n in sorted((by_stage if isinstance(by_stage, dict) else {}).items(),
+                           key=lambda kv: str(kv[0])):
         f.add_row(str(stage), str(n))
     con.print(f)
     if plot:

@@ -16,7 +16,8 @@ from kdsl import backends, ir
 from ..candidate import Candidate
 from ..operators import Context, OperatorFailure
 from . import prompts
-from .client import LLMError
+from .client import LLMError, Reply
+from .exchanges import text_sha
 from .replies import ReplyError, source_from_reply
 
 
@@ -55,11 +56,25 @@ class LLMSession:
         except LLMError as e:
             return OperatorFailure(name, f"LLM call failed: {e}")
         try:
-            src = source_from_reply(reply.text, parent_source, self.languages.get(backend,
-                                                                                 "python"))
+            return usable_source(reply, parent_source, self.languages.get(backend, "python"))
         except ReplyError as e:
-            return OperatorFailure(name, f"reply rejected: {e}")
-        return src
+            self.client.usage.malformed += 1
+            return OperatorFailure(name, f"reply rejected: {e} (reply {text_sha(reply.text)[:12]}"
+                                         " in the run's LLM exchanges)")
+
+
+def usable_source(reply: Reply, parent_source: str | None, language: str) -> str:
+    """The source a reply gives, or ReplyError: too long to keep, cut off, or malformed."""
+    if reply.truncated_from is not None:
+        raise ReplyError(f"the reply is {reply.truncated_from:,} characters, over the limit "
+                         f"kdsl keeps per reply (its first {len(reply.text):,} are stored)")
+    try:
+        return source_from_reply(reply.text, parent_source, language)
+    except ReplyError as e:
+        if reply.stop_reason == "max_tokens":
+            raise ReplyError(f"the reply was cut off at max_tokens ({reply.max_tokens}) before "
+                             f"its source was complete ({e})") from None
+        raise
 
 
 def _candidate(backend: str, genes: dict, src, name: str):

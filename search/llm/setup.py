@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from kdsl import ir
 from kdsl.errors import UsageError
 
+from ..files import atomic_write
 from ..operators import Context, OperatorSet
 from ..settings import SearchSettings
 from .client import AnthropicClient, ReplayClient
@@ -45,7 +45,8 @@ def _replay_log(settings: SearchSettings, run_dir: Path) -> ExchangeLog:
         src = src / EXCHANGES if src.is_dir() else src
         if not src.is_file():
             raise UsageError(f"--replay-from: no recorded exchanges at {src}")
-        shutil.copyfile(src, own)
+        # copied whole or not at all: a torn copy would pass for a recording
+        atomic_write(own, src.read_bytes())
     if not own.exists():
         raise UsageError("--llm replay needs --replay-from RUN (a run recorded with --llm)")
     return ExchangeLog(own)
@@ -66,7 +67,10 @@ def configure(settings: SearchSettings, op: ir.Op, ctx: Context, operators: Oper
                                  base_url=settings.llm_base_url,
                                  max_calls=settings.max_llm_calls,
                                  backoff_s=settings.llm_backoff_s,
-                                 timeout_s=settings.llm_timeout_s)
+                                 timeout_s=settings.llm_timeout_s,
+                                 call_timeout_s=settings.llm_call_timeout_s,
+                                 run_budget_s=settings.llm_run_budget_s,
+                                 max_reply_chars=settings.llm_max_reply_chars)
     try:
         from kdsl.knowledge.opclass import op_class
         klass = op_class(op)
