@@ -7,9 +7,18 @@ from __future__ import annotations
 
 from . import dtypes, ir
 from .errors import Diagnostic
+from .intervals import MAX_INT_BITS, too_large
+from .show import format_expr
 from .sizes import NotASize, evaluate
 
 DEVICES = ("cpu", "cuda")
+MAX_SIZE = (1 << 63) - 1  # a bench size, like any size, fits 64 bits
+# Limits on what one op may declare, each well above what the library needs (19 dims,
+# 8 tensors, rank 5, 5 statements, 8 test conditions, 2 bench points), so that checking
+# and drawing sizes, which work per dim, per tensor and per condition, stay fast.
+LIMITS = {"op": 64, "dim": 32, "tensor": 32, "statement": 64, "bench line": 16}
+MAX_RANK = 8
+MAX_CONDITIONS = 16
 
 
 class _Collector:
@@ -36,14 +45,25 @@ def assemble_op(raw, path: str, text: str, out: _Collector) -> ir.Op:
                              "names must be unique within an op")
         seen[nm] = where
 
+    counts: dict[str, int] = {}
+
+    def count(what: str, where: ir.Loc) -> None:
+        counts[what] = counts.get(what, 0) + 1
+        if counts[what] == LIMITS[what] + 1:
+            out.error(where, f"op '{name}' declares more than {LIMITS[what]} {what}s")
+
     for item in items:
         kind = item[0]
         if kind == "dims":
             for dim, dloc in item[1]:
+                count("dim", dloc)
                 declare(dim, dloc, "dim and tensor")
                 dims.append(dim)
         elif kind == "tensor":
             t, dtype_locs = item[1], item[2]
+            count("tensor", t.loc)
+            if len(t.shape) > MAX_RANK:
+                out.error(t.loc, f"'{t.name}' has rank {len(t.shape)}; at most {MAX_RANK}")
             declare(t.name, t.loc, "dim and tensor")
             for dt, dloc in zip(t.dtypes, dtype_locs):
                 if dt not in dtypes.ALL:
@@ -52,6 +72,7 @@ def assemble_op(raw, path: str, text: str, out: _Collector) -> ir.Op:
                 out.error(dtype_locs[0], f"'like {t.like}': no tensor '{t.like}' declared above")
             tensors.append(t)
         elif kind == "statement":
+            count("statement", item[1].loc)
             statements.append(item[1])
         elif kind == "baseline":
             if baseline is not None:
@@ -69,7 +90,11 @@ def assemble_op(raw, path: str, text: str, out: _Collector) -> ir.Op:
             if test is not None:
                 out.error(item[2], "a second test line; put all ranges on one")
             test = item[1]
+            if len(test.conditions) > MAX_CONDITIONS:
+                out.error(_start(test.conditions[MAX_CONDITIONS]),
+                          f"more than {MAX_CONDITIONS} test conditions")
         elif kind == "bench":
+            count("bench line", item[2])
             bench.append(_bench_point(item, out))
 
     if baseline is None:
@@ -98,16 +123,43 @@ def _bench_point(item, out: _Collector) -> ir.BenchPoint:
             else:
                 dtype = value.name
             continue
+        big = too_large(value)
+        if big is not None:
+            out.error(_start(big), arithmetic_too_large(big))
+            continue
         try:
-            sizes.append((key, evaluate(value, {})))
+            size = evaluate(value, {})
         except NotASize as e:
             out.error(getattr(e.node, "loc", kloc) or kloc, f"bench size {key}: {e.why}")
+            continue
+        if abs(size) > MAX_SIZE:
+            out.error(kloc, f"bench size {key} takes {abs(size).bit_length()} bits; a size fits "
+                            f"64 bits (below 2**63)")
+            continue
+        sizes.append((key, size))
     return ir.BenchPoint(device, tuple(sizes), dtype, loc)
+
+
+def arithmetic_too_large(e: ir.Expr) -> str:
+    shown = format_expr(e)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return (f"integer arithmetic too large: {shown} can pass {MAX_INT_BITS} bits (sizes, "
+            f"indices and integer values are 64-bit)")
+
+
+def _start(e: ir.Expr) -> ir.Loc:
+    """Where ``e`` starts in the source (a binary node's own location is its operator's)."""
+    while isinstance(e, ir.Binary):
+        e = e.left
+    return getattr(e, "loc", ir.NO_LOC)
 
 
 def assemble(raw_ops, path: str, text: str) -> tuple[list[ir.Op], list[Diagnostic]]:
     out = _Collector(path)
     ops, names = [], {}
+    if len(raw_ops) > LIMITS["op"]:
+        out.error(raw_ops[LIMITS["op"]][2], f"more than {LIMITS['op']} ops in one spec")
+        return ops, out.diagnostics
     for raw in raw_ops:
         op = assemble_op(raw, path, text, out)
         if op.name in names:

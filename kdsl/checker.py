@@ -15,15 +15,21 @@ from dataclasses import dataclass
 from . import dtypes, ir
 from .builtins import CASTS, CONSTANTS, ELEMENTWISE, INDEX_BUILTINS
 from .domains import domain_errors, empty_domain_errors
+from .assemble import arithmetic_too_large
 from .errors import Diagnostic
 from .extents import Why as _Why, affine_extent, from_readers, is_size
-from .intervals import IntervalEval
+from .intervals import IntervalEval, too_large
 from .parser import COLLECTIVES, REDUCTIONS, SCANS
 from .show import format_expr
 from .sizes import NotASize, corners, evaluate, ranges, valid
 
 BASELINE_NAMES = {"torch", "F", "kt", "math"}
 MAX_TEST_ELEMENTS = 1 << 27  # inputs and outputs of one test case: 1 GiB in float64
+# The largest end of a test range (the library's largest is 1,000,000): drawing sizes
+# looks for primes near each end by trial division, which costs ~sqrt(end) a number.
+MAX_TEST_SIZE = 1 << 22
+MAX_SIZE_TERMS = 1000  # terms in an op's shapes and test conditions (the library: 135)
+INT64 = (-(1 << 63), (1 << 63) - 1)
 ZERO = ir.Num(0)
 
 
@@ -59,6 +65,9 @@ class Checker:
     # ---- top level ----
     def run(self) -> ir.Op | None:
         try:
+            self.check_magnitudes()
+            if self.diagnostics:
+                return None
             self.check_dims_and_sizes()
             if self.diagnostics:
                 return None
@@ -74,6 +83,39 @@ class Checker:
             return None
         tensors = tuple(self.tensors.values())
         return dataclasses.replace(self.op, tensors=tensors, statements=tuple(statements))
+
+    def check_magnitudes(self) -> None:
+        """Refuse integer arithmetic that could grow without bound, before evaluating any,
+        and size arithmetic too long to evaluate at every drawn size."""
+        op, terms = self.op, 0
+        exprs = [e for t in op.tensors for e in t.shape]
+        terms += sum(1 for e in exprs for _ in ir.walk(e))
+        for t in op.tensors:
+            if isinstance(t.domain, ir.ValueRange):
+                exprs += [t.domain.lo, t.domain.hi]
+            elif isinstance(t.domain, ir.Offsets):
+                exprs.append(t.domain.total)
+        if op.test is not None:
+            exprs += [x for r in op.test.ranges for x in (r.lo, r.hi)]
+            exprs += list(op.test.conditions)
+            terms += sum(1 for e in op.test.conditions for _ in ir.walk(e))
+        for st in op.statements:  # the integers in a statement: subscripts and ranges
+            exprs += [x for r in st.ranges if r is not None for x in (r.lo, r.hi)]
+            for node in ir.walk(st.value):
+                if isinstance(node, ir.Access):
+                    exprs += node.subscripts
+                elif isinstance(node, (ir.Reduce, ir.Collective)):
+                    ranges_ = node.indices if isinstance(node, ir.Reduce) else (node.index,)
+                    exprs += [x for r in ranges_ if r.lo is not None for x in (r.lo, r.hi)]
+                    if isinstance(node, ir.Collective) and node.k is not None:
+                        exprs.append(node.k)
+        for e in exprs:
+            big = too_large(e)
+            if big is not None:
+                self.error(_start(big), arithmetic_too_large(big))
+        if terms > MAX_SIZE_TERMS:
+            self.error(op.loc, f"the shapes and test conditions of '{op.name}' hold {terms} "
+                               f"terms; at most {MAX_SIZE_TERMS}")
 
     def check_dims_and_sizes(self) -> None:
         op, dims = self.op, set(self.op.dims)
@@ -101,7 +143,11 @@ class Checker:
             tested.add(r.dim)
             try:
                 lo, hi = evaluate(r.lo, {}), evaluate(r.hi, {})
-                if lo > hi or lo < 0:
+                if hi > MAX_TEST_SIZE:
+                    self.error(_start(r.hi), f"test range of {r.dim} ends at {_big(hi)}; test "
+                                             f"sizes are at most {MAX_TEST_SIZE:,} (bench "
+                                             f"sizes may be larger)")
+                elif lo > hi or lo < 0:
                     self.error(r.loc, f"test range {r.dim} in {lo}..{hi} is empty or negative")
             except NotASize as err:
                 self.error(getattr(err.node, "loc", r.loc), f"test range of {r.dim}: {err.why}")
@@ -139,6 +185,10 @@ class Checker:
         if not self.samples:
             self.error(op.test.ranges[0].loc if op.test.ranges else op.loc,
                        "no sizes in the test ranges satisfy the conditions")
+        for loc, message in self._domain_magnitudes():
+            self.error(loc, message)
+        if self.diagnostics:
+            return
         for loc, message in empty_domain_errors(op, self.samples):
             self.error(loc, message)
         for sizes in self.samples:  # the reference checks every case in float64 memory
@@ -151,6 +201,22 @@ class Checker:
                 break
         self.samples += [p.size_dict() for p in op.bench
                          if p.size_dict() not in self.samples and valid(op, p.size_dict())]
+
+    def _domain_magnitudes(self):
+        """Domain bounds within 64-bit integers at every drawn size: inputs are drawn
+        between them."""
+        for t in self.op.inputs:
+            d = t.domain
+            bounds = (d.lo, d.hi) if isinstance(d, ir.ValueRange) else \
+                (d.total,) if isinstance(d, ir.Offsets) else ()
+            for e in bounds:
+                for sizes in self.samples:
+                    v = evaluate_or_none(e, sizes)
+                    if v is not None and not INT64[0] <= v <= INT64[1]:
+                        where = ", ".join(f"{k}={v}" for k, v in sizes.items())
+                        yield (_start(e), f"domain of '{t.name}' reaches {_big(v)} at {where}; "
+                                          f"domain bounds fit 64 bits")
+                        break
 
     def check_dtypes(self) -> None:
         sets = [t for t in self.op.tensors if t.like is None and len(t.dtypes) > 1]
@@ -517,14 +583,25 @@ class Checker:
         for child in ir.operands(e):
             if isinstance(e, (ir.Reduce, ir.Collective)) and child is _body(e):
                 ranges_ = e.indices if isinstance(e, ir.Reduce) else (e.index,)
-                self._with_ranges(ranges_, ev, lambda: self._check_reads(child, ev, sizes))
+                self._with_ranges(ranges_, ev, lambda: self._check_reads(child, ev, sizes),
+                                  lambda r: self._check_bound_reads(r, ev, sizes))
             else:
                 self._check_reads(child, ev, sizes)
 
-    def _with_ranges(self, ranges_, ev: IntervalEval, fn) -> None:
+    def _check_bound_reads(self, r: ir.IndexRange, ev: IntervalEval, sizes) -> None:
+        """A range's bounds are read too (``i in offsets[b] .. offsets[b + 1]``)."""
+        for bound in (r.lo, r.hi):
+            if bound is not None:
+                self._check_reads(bound, ev, sizes)
+
+    def _with_ranges(self, ranges_, ev: IntervalEval, fn, before=None) -> None:
+        """``fn`` with ``ranges_`` bound in turn; ``before(r)`` as each is bound (a range's
+        bounds see the ranges bound before it)."""
         if not ranges_:
             return fn()
-        ev._bound(ranges_[0], lambda: self._with_ranges(ranges_[1:], ev, fn))
+        if before is not None:
+            before(ranges_[0])
+        ev._bound(ranges_[0], lambda: self._with_ranges(ranges_[1:], ev, fn, before))
 
     def _value_interval(self, name: str, sizes):
         t = self.tensors[name]
@@ -549,12 +626,19 @@ class Checker:
             col = b.loc.column + max((err.offset or 1) - 1, 0)
             self.error(ir.Loc(b.loc.line, col), f"baseline does not parse: {err.msg}")
             return
+        except (RecursionError, MemoryError):  # Python's own parser gives up
+            self.error(b.loc, "baseline nested too deeply for Python to parse")
+            return
         known = BASELINE_NAMES | {t.name for t in self.op.inputs} | set(self.op.dims)
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id not in known:
                 self.error(ir.Loc(b.loc.line, b.loc.column + node.col_offset),
                            f"baseline uses unknown name '{node.id}' (it sees the inputs, the "
                            f"dims, torch, F = torch.nn.functional, math and kt = kdsl.torch_ops)")
+
+
+def _big(v: int) -> str:
+    return f"{v:,}" if abs(v) < 1 << 80 else f"{'-' if v < 0 else ''}2**{abs(v).bit_length() - 1}+"
 
 
 def _elements(t: ir.Tensor, sizes: dict[str, int]) -> int:

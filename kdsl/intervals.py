@@ -11,12 +11,71 @@ from . import ir
 
 Interval = Optional[tuple[float, float]]
 
+MAX_INT_BITS = 4096  # the most bits integer arithmetic in a spec may reach (see ``int_bits``)
+MAX_EXPONENT = 64  # as in size arithmetic: a larger power of an integer is not evaluated
+WORD_BITS = 64  # a dim, an index or an integer tensor's value
+
 
 def _combine(a: Interval, b: Interval, fn: Callable) -> Interval:
     if a is None or b is None:
         return None
     vals = [fn(x, y) for x in a for y in b]
     return (min(vals), max(vals))
+
+
+def int_bits(e: ir.Expr) -> int:
+    """An upper bound on the bits of the integers ``e`` can reach, when each name, read and
+    call result holds 64 bits: products add bits, powers multiply them. Size and interval
+    arithmetic evaluate integers exactly, so a bound past ``MAX_INT_BITS`` (``(N ** 64) **
+    64``, a long product of large literals) would cost time and memory without limit; the
+    checker refuses it (``too_large``) before evaluating anything."""
+    if isinstance(e, ir.Num):
+        return max(int(e.value).bit_length() if isinstance(e.value, int) else 0, 1)
+    if isinstance(e, ir.Unary):
+        return int_bits(e.operand)
+    if isinstance(e, ir.Binary):
+        a, b = int_bits(e.left), int_bits(e.right)
+        if e.op in ("+", "-"):
+            return max(a, b) + 1
+        if e.op == "*":
+            return a + b
+        if e.op == "**":
+            k = e.right.value if isinstance(e.right, ir.Num) and isinstance(e.right.value, int) \
+                else MAX_EXPONENT
+            return a * min(max(k, 1), MAX_EXPONENT)
+        return max(a, b)  # // % comparisons and/or: no larger than an operand
+    bits = WORD_BITS
+    for child in ir.operands(e) + _bounds(e):
+        bits = max(bits, int_bits(child))
+    return bits
+
+
+def too_large(e: ir.Expr) -> ir.Expr | None:
+    """The outermost sub-expression of ``e`` whose ``int_bits`` pass ``MAX_INT_BITS``, or None."""
+    if int_bits(e) <= MAX_INT_BITS:
+        return None
+    for child in _children(e):
+        inner = too_large(child)
+        if inner is not None:
+            return inner
+    return e
+
+
+def _bounds(e: ir.Expr) -> list:
+    ranges = e.indices if isinstance(e, ir.Reduce) else \
+        (e.index,) if isinstance(e, ir.Collective) else ()
+    out = [x for r in ranges for x in (r.lo, r.hi) if x is not None]
+    if isinstance(e, ir.Collective) and e.k is not None:
+        out.append(e.k)
+    return out
+
+
+def _children(e: ir.Expr) -> list:
+    if isinstance(e, ir.Unary):
+        return [e.operand]
+    if isinstance(e, ir.Binary):
+        return [e.left, e.right]
+    return ir.operands(e) + _bounds(e)
 
 
 def union(a: Interval, b: Interval) -> Interval:

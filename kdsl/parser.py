@@ -4,6 +4,7 @@ This stage knows syntax only; meaning is checked in ``checker.py``.
 """
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 from importlib import resources
@@ -20,6 +21,10 @@ SCANS = ("cumsum", "cumprod")
 COLLECTIVES = ("sort", "argsort", "topk", "argtopk")
 MAX_NESTING = 64
 MAX_DEPTH = 200  # levels of the parse tree; the stages after parsing recurse per level
+# The library's largest spec is 2.4 KB; a limit far above that keeps every pass over a
+# spec (parsing, checking, sampling sizes) well under a second on the largest input.
+MAX_SPEC_BYTES = 64 * 1024
+INT_LIMIT = 1 << 63  # integers in a spec are 64-bit (sizes, indices, i64 values)
 
 _TOKEN_NAMES = {
     "_NL": "end of line", "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
@@ -59,10 +64,19 @@ class _ToIR(Transformer):
 
     # ---- expressions ----
     def int_literal(self, meta, c):
-        return ir.Num(int(str(c[0]).replace("_", "")), _loc(c[0]))
+        digits = str(c[0]).replace("_", "").lstrip("0") or "0"
+        # the length first: int() of thousands of digits is slow, and refused past 4300
+        if len(digits) > 19 or int(digits) >= INT_LIMIT:
+            raise _Invalid(_loc(c[0]), f"integer {_shorten(digits)} is too large; integers "
+                                       f"in a spec are 64-bit (below 2**63)")
+        return ir.Num(int(digits), _loc(c[0]))
 
     def float_literal(self, meta, c):
-        return ir.Num(float(str(c[0]).replace("_", "")), _loc(c[0]))
+        value = float(str(c[0]).replace("_", ""))
+        if not math.isfinite(value):
+            raise _Invalid(_loc(c[0]), f"number {_shorten(str(c[0]))} is too large for a "
+                                       f"float (at most about 1.8e308)")
+        return ir.Num(value, _loc(c[0]))
 
     def name(self, meta, c):
         return ir.Name(str(c[0]), _loc(c[0]))
@@ -227,6 +241,8 @@ class _ToIR(Transformer):
                     raise _Invalid(kloc, f"unknown tolerance '{key}'; use rtol= and atol=")
                 if not isinstance(value, ir.Num):
                     raise _Invalid(kloc, f"'{key}' must be a number")
+                if value.value < 0:
+                    raise _Invalid(kloc, f"'{key}' must not be negative")
                 vals[key] = float(value.value)
             table.append((dtype, vals.get("rtol", 0.0), vals.get("atol", 0.0), loc))
         return ("tolerance", ir.Tolerance(False, tuple(t[:3] for t in table)), _loc(meta),
@@ -253,6 +269,26 @@ class _ToIR(Transformer):
     def op(self, meta, c):
         name, *items = c
         return ("op", str(name), _loc(name), items)
+
+
+def _shorten(digits: str) -> str:
+    return digits if len(digits) <= 24 else f"{digits[:10]}...{digits[-4:]} ({len(digits)} digits)"
+
+
+def check_size(data: bytes | str, path: str) -> None:
+    """Refuse a spec past ``MAX_SPEC_BYTES``, located where it crosses the limit."""
+    if len(data) <= MAX_SPEC_BYTES // 4:  # 4 bytes a character at most
+        return
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    if len(data) <= MAX_SPEC_BYTES:
+        return
+    prefix = data[:MAX_SPEC_BYTES].decode("utf-8", "ignore")  # a character cut in two: its column
+    line = prefix.count("\n") + 1
+    col = len(prefix) - (prefix.rfind("\n") + 1) + 1
+    shown = data[:MAX_SPEC_BYTES + 400].decode("utf-8", "replace")
+    raise SpecError([Diagnostic(path, line, col, f"a spec is at most {MAX_SPEC_BYTES:,} bytes; "
+                                                 f"this one goes on past here")], shown)
 
 
 def check_nesting(text: str, path: str) -> None:
@@ -357,6 +393,7 @@ def decode(data: bytes, path: str) -> str:
 
 def parse_tree(text: str, path: str):
     """Text -> raw items per op (tuples from the Transformer); syntax errors as SpecError."""
+    check_size(text, path)
     check_nesting(text, path)
     try:
         tree = _lark().parse(text if text.endswith("\n") else text + "\n")

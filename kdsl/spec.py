@@ -9,7 +9,7 @@ from . import ir
 from .assemble import assemble
 from .checker import check_op
 from .errors import Diagnostic, SpecError
-from .parser import decode, parse_tree
+from .parser import MAX_SPEC_BYTES, check_size, decode, parse_tree
 
 
 def parse_text(text: str, path: str = "<spec>") -> ir.Spec:
@@ -31,9 +31,11 @@ def parse_text(text: str, path: str = "<spec>") -> ir.Spec:
 def load(path: str | Path) -> ir.Spec:
     path = str(path)
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as f:  # no further than the limit: a spec may be /dev/zero
+            data = f.read(MAX_SPEC_BYTES + 512)
     except OSError as e:
         raise SpecError([Diagnostic(path, 0, 0, f"cannot read: {e.strerror}")]) from None
+    check_size(data, path)
     return parse_text(decode(data, path), path)
 
 

@@ -310,6 +310,52 @@ CASES = [
 ]
 
 
+# ---- limits: numbers, arithmetic and counts that would make checking slow or crash ----
+_SUM40 = " + ".join(["M"] * 40)
+LIMIT_CASES = [
+    ("integer literal past 64 bits", edit(S, "1..300", "1..@" + "9" * 400),
+     "integer 9999999999...9999 (400 digits) is too large"),
+    ("integer literal of 2**63", edit(S, "1e-5", "@9223372036854775808"),
+     "integer 9223372036854775808 is too large"),
+    ("float literal past the float range", edit(S, "1e-5", "@1e400"),
+     "number 1e400 is too large for a float"),
+    ("negative tolerance", edit(S, "atol=1e-6", "@atol=-1"), "'atol' must not be negative"),
+    ("power tower in a bench size", edit(S, "M=32768", "M=((@2 ** 64) ** 64) ** 64"),
+     "integer arithmetic too large: (2 ** 64) ** 64 can pass 4096 bits"),
+    ("power tower in a shape", edit(S, "out y: like x [M, N]", "out y: like x [(@M ** 64) ** 64, N]"),
+     "integer arithmetic too large"),
+    ("power tower in a subscript", edit(S, "exp(x[i, j] - m[i])", "exp(x[i, j] - m[(@i ** 64) ** 64])"),
+     "integer arithmetic too large"),
+    ("bench size past 64 bits", edit(S, "M=32768", "@M=9223372036854775807 * 2"),
+     "bench size M takes 64 bits; a size fits 64 bits"),
+    ("test range too large", edit(S, "N in 1..5000", "N in 1..@5000 * 5000"),
+     "test range of N ends at 25,000,000; test sizes are at most 4,194,304"),
+    ("domain past 64 bits", edit(B, "in 0..V", "in 0..@V * 9223372036854775807"),
+     "domain of 'idx' reaches"),
+    ("baseline too deep for Python", edit(S, "torch.softmax(x, dim=-1)", "@" + "+".join(["x"] * 20_000)),
+     "baseline nested too deeply for Python to parse"),
+    ("too many ops", "".join(S.replace("op softmax", f"op s{k}") for k in range(64))
+     + S.replace("op softmax", "op @s64"), "more than 64 ops in one spec"),
+    ("too many dims", edit(S, "dims M, N", "dims M, N, " + ", ".join(f"D{k}" for k in range(30))
+                           + ", @D30"), "op 'softmax' declares more than 32 dims"),
+    ("too many tensors", edit(S, "  out y", "".join(f"  in  z{k}: f32 [M]\n" for k in range(31))
+                              + "  out @y"), "op 'softmax' declares more than 32 tensors"),
+    ("too many statements", edit(S, "  baseline", "".join(f"  t{k}[i] = x[i, 0]\n" for k in range(61))
+                                 + "  @t61[i] = x[i, 0]\n  baseline"),
+     "op 'softmax' declares more than 64 statements"),
+    ("too many bench lines", S + "  bench M=1, N=1\n" * 15 + "  @bench M=1, N=1\n",
+     "op 'softmax' declares more than 16 bench lines"),
+    ("rank too high", edit(S, "  out y", "  in  @z: f32 [M, M, M, M, M, M, M, M, M]\n  out y"),
+     "'z' has rank 9; at most 8"),
+    ("too many test conditions", edit(S, "N in 1..5000", "N in 1..5000 where "
+                                      + "M >= 1, " * 16 + "@M <= N"),
+     "more than 16 test conditions"),
+    ("too many size terms", at_op(edit(S, "N in 1..5000", "N in 1..5000 where "
+                                       + ", ".join([f"{_SUM40} >= 0"] * 14))),
+     "the shapes and test conditions of 'softmax' hold 1138 terms; at most 1000"),
+]
+CASES += LIMIT_CASES
+
 MESSAGES: dict[str, str] = {}  # case id -> the message it gave, for the coverage test
 
 
