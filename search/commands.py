@@ -11,6 +11,7 @@ from .display import LiveDisplay, LogDisplay
 from .jobs import SEARCH_SLOW_CUTOFF, EvalConfig
 from .llm.setup import resolve_mode
 from .operators import FatalOperatorError
+from .runstore import RunError
 from .settings import SearchSettings
 
 DEFAULT_BUDGET = 30  # about a minute for the c backend on a 2-core machine
@@ -65,6 +66,9 @@ def _finish(run_dir: str, go) -> int:
         return 130
     except FatalOperatorError as e:
         print(f"kdsl: error: {e} (the run so far is saved in {run_dir})", file=sys.stderr)
+        return 2
+    except RunError as e:  # records that no longer match what this kdsl does
+        print(f"kdsl: error: {e}", file=sys.stderr)
         return 2
     report(store, summary)
     return 0

@@ -28,7 +28,7 @@ from .operators import Context, FatalOperatorError, OperatorFailure, OperatorSet
 from .policies import make as make_policy
 from .policies.base import Proposal
 from .result import Result
-from .runstore import RunStore
+from .runstore import RunError, RunStore
 
 DEDUP_TRIES = 8   # attempts at a child whose genome was not seen yet
 TWIN_TRIES = 32   # attempts in all, counting children that run an evaluated kernel
@@ -192,8 +192,8 @@ class Engine:
         recorded = self.replay.get(p.node)
         if recorded is not None:
             if recorded.get("key") != self.key(child):
-                raise RuntimeError(f"resume diverged at node {p.node}: the run's records do "
-                                   "not match what this kdsl proposes (different version?)")
+                raise RunError(f"resume diverged at node {p.node}: the run's records do "
+                               "not match what this kdsl proposes (different version?)")
             return p, name, _done(Result.from_record(recorded["result"])), child, "replay"
         fut, hit = self.submit(child)
         return p, name, fut, child, hit

@@ -239,3 +239,15 @@ def test_a_failed_start_leaves_no_directory_behind(tmp_path, capsys, monkeypatch
     one_line_error(capsys, ["search", SPEC, *FAKE, "--out", str(tmp_path / "a" / "b")],
                    "no space left on device")
     assert not (tmp_path / "a").exists()
+
+
+def test_records_that_do_not_match_this_kdsl_are_one_line(good_run, tmp_path, capsys):
+    def other_key(rs):
+        rs[3]["key"] = "not-what-this-kdsl-proposes"
+    run = rewrite(good_run, tmp_path, "diverged", other_key)
+    before = (run / LINEAGE).read_bytes()
+    assert main(["resume", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err  # the replayed nodes' progress lines, then the error
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("kdsl: error: resume diverged at node 3")
+    assert (run / LINEAGE).read_bytes() == before
