@@ -18,7 +18,7 @@ from .domains import domain_errors, empty_domain_errors
 from .assemble import arithmetic_too_large
 from .errors import Diagnostic
 from .extents import Why as _Why, affine_extent, from_readers, is_size
-from .intervals import IntervalEval, too_large
+from .intervals import MAX_INT_BITS, IntervalEval, too_large
 from .parser import COLLECTIVES, REDUCTIONS, SCANS
 from .show import format_expr
 from .sizes import NotASize, corners, evaluate, ranges, valid
@@ -630,11 +630,71 @@ class Checker:
             self.error(b.loc, "baseline nested too deeply for Python to parse")
             return
         known = BASELINE_NAMES | {t.name for t in self.op.inputs} | set(self.op.dims)
+        big = _baseline_too_large(tree.body, set(self.op.dims))
+        if big is not None:
+            self.error(ir.Loc(b.loc.line, b.loc.column + big.col_offset),
+                       f"baseline arithmetic too large: {ast.unparse(big)[:60]} can pass "
+                       f"{MAX_INT_BITS} bits, or 2**{MAX_REPEAT_BITS} items repeated")
+            return
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id not in known:
                 self.error(ir.Loc(b.loc.line, b.loc.column + node.col_offset),
                            f"baseline uses unknown name '{node.id}' (it sees the inputs, the "
                            f"dims, torch, F = torch.nn.functional, math and kt = kdsl.torch_ops)")
+
+
+MAX_REPEAT_BITS = 24  # a sequence repeated in a baseline: at most 2**24 items
+_SEQUENCES = (ast.List, ast.Tuple)
+
+
+def _baseline_bits(node: ast.AST, dims: set[str]) -> int | None:
+    """Like ``intervals.int_bits`` for the baseline's Python: an upper bound on the bits of
+    the integers it computes from literals and dims (64-bit), None where a value is not a
+    Python integer (a tensor, a call's result). A sequence repeated counts its length."""
+    if isinstance(node, ast.Constant):
+        v = node.value
+        if isinstance(v, (str, bytes)):
+            return max(len(v), 1).bit_length()
+        return max(v.bit_length(), 1) if isinstance(v, int) else None
+    if isinstance(node, ast.Name):
+        return 64 if node.id in dims else None
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return max(len(node.elts), 1).bit_length()
+    if isinstance(node, ast.UnaryOp):
+        return _baseline_bits(node.operand, dims)
+    if not isinstance(node, ast.BinOp):
+        return None
+    a, b = _baseline_bits(node.left, dims), _baseline_bits(node.right, dims)
+    if a is None or b is None:
+        return None
+    if isinstance(node.op, (ast.Add, ast.Sub)):
+        return max(a, b) + 1
+    if isinstance(node.op, ast.Mult):
+        return a + b
+    if isinstance(node.op, ast.Pow):
+        return a * (1 << min(b, 64))
+    if isinstance(node.op, ast.LShift):
+        return a + (1 << min(b, 64))
+    return max(a, b)
+
+
+def _baseline_too_large(tree: ast.AST, dims: set[str]) -> ast.AST | None:
+    """The outermost part of the baseline whose integer arithmetic could pass
+    ``MAX_INT_BITS`` (``2 ** 64 ** 64`` would run for ever), or None."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp):
+            bits = _baseline_bits(node, dims)
+            if bits is not None and bits > MAX_INT_BITS:
+                return node
+            if isinstance(node.op, ast.Mult) and bits is not None and bits > MAX_REPEAT_BITS \
+                    and any(_is_sequence(x) for x in (node.left, node.right)):
+                return node  # "a" * 10 ** 12: a sequence too long to build
+    return None
+
+
+def _is_sequence(node: ast.AST) -> bool:
+    return isinstance(node, _SEQUENCES) or \
+        isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
 
 
 def _big(v: int) -> str:

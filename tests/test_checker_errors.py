@@ -334,6 +334,8 @@ LIMIT_CASES = [
      "domain of 'idx' reaches"),
     ("baseline too deep for Python", edit(S, "torch.softmax(x, dim=-1)", "@" + "+".join(["x"] * 20_000)),
      "baseline nested too deeply for Python to parse"),
+    ("baseline power tower", edit(S, "torch.softmax(x, dim=-1)", "torch.softmax(x, dim=@2 ** 64 ** 64)"),
+     "baseline arithmetic too large: 2 ** 64 ** 64"),
     ("too many ops", "".join(S.replace("op softmax", f"op s{k}") for k in range(64))
      + S.replace("op softmax", "op @s64"), "more than 64 ops in one spec"),
     ("too many dims", edit(S, "dims M, N", "dims M, N, " + ", ".join(f"D{k}" for k in range(30))
