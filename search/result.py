@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-STAGES = ("render", "build", "guards", "correctness", "timing")
+STAGES = ("render", "guards", "build", "correctness", "timing")
 SCHEMA = 1
 
 

@@ -23,7 +23,8 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from .eval.verdict import picklable, verdict  # standard library only, like this module
+from .eval import confine  # standard library only, like this module
+from .eval.verdict import picklable, verdict  # (so is this)
 
 TRACEBACK_MARGIN_S = 0.5
 
@@ -52,9 +53,14 @@ def main(conn, kind: WorkerKind, log_path: str, initializer: str | None) -> None
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    _redirect_output(log_path)
-    _limit(kind.memory_mb)
-    _die_with_parent()
+    # the pool starts workers as daemons (none outlives the pool), and a daemon may not
+    # start processes; this worker's candidates run in processes of their own, which die
+    # with it (PR_SET_PDEATHSIG) and which the evaluator stops itself
+    import multiprocessing
+    multiprocessing.current_process().daemon = False
+    confine.redirect_output(log_path)
+    confine.limit(kind.memory_mb)
+    confine.die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import faulthandler
     faulthandler.enable()
@@ -107,38 +113,4 @@ def _release_cached_memory() -> None:
         import torch
         torch.cuda.empty_cache()
     except Exception:  # a broken context is the verdict's to judge, not this
-        pass
-
-
-def _redirect_output(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    for target in (1, 2):
-        os.dup2(fd, target)
-    os.close(fd)
-    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-
-
-def _limit(memory_mb: int | None) -> None:
-    import resource
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash is reported, not dumped
-    if memory_mb:
-        limit = memory_mb << 20
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when the pool's process dies, even mid-hang."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:
-            os._exit(0)
-    except OSError:
         pass

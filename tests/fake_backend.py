@@ -76,5 +76,14 @@ class FakePython:
         return Built(namespace["kernel"], log="exec ok", meta={"lines": source.count("\n")})
 
 
+class FakeRaw(FakePython):
+    """``fakepy`` without the static guards (``unguarded``: no real backend sets it), for
+    tests of what the candidate process survives: a kernel that segfaults or hangs is
+    first of all one the guards reject, and the process walls must hold without them."""
+    name = "fakeraw"
+    unguarded = True
+
+
 def register() -> None:
     REGISTRY["fakepy"] = FakePython()
+    REGISTRY["fakeraw"] = FakeRaw()

@@ -199,18 +199,49 @@ def test_a_kernel_that_skips_work_at_the_bench_size_is_caught():
                                 "elements never written")
 
 
-def test_a_kernel_that_stops_working_after_the_first_call_is_caught():
+def test_a_kernel_that_stops_working_after_its_first_calls_is_caught():
     op = softmax_op()
     calls = []
 
-    def once(inputs, outputs, sizes):
+    def twice(inputs, outputs, sizes):  # right on each input set's first run, then idle
         calls.append(1)
-        if len(calls) == 1:
+        if len(calls) <= 2:
             softmax_kernel(inputs, outputs, sizes)
 
-    t = timing.measure(op, once, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5), bandwidth=1e9,
+    t = timing.measure(op, twice, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5), bandwidth=1e9,
                        baselines={})
-    assert t.message.startswith("wrong after repeated runs at the bench point")
+    assert t.message.startswith("wrong after the timed runs at the bench point")
+
+
+def test_a_kernel_that_keeps_its_first_answer_fails_on_the_second_input_set():
+    op = softmax_op()
+    kept = {}
+
+    def keeping(inputs, outputs, sizes):  # an answer kept by shape, as a cache would
+        key = tuple(sizes.items())
+        if key not in kept:
+            softmax_kernel(inputs, outputs, sizes)
+            kept[key] = outputs["y"].clone()
+        outputs["y"].copy_(kept[key])
+
+    t = timing.measure(op, keeping, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5),
+                       bandwidth=1e9, baselines={})
+    assert t.message.startswith("wrong at the bench point") and "second input set" in t.message
+
+
+def test_timed_runs_alternate_between_the_two_input_sets():
+    op = softmax_op()
+    seen = []
+
+    def noting(inputs, outputs, sizes):
+        seen.append(inputs["x"].data_ptr())
+        softmax_kernel(inputs, outputs, sizes)
+
+    t = timing.measure(op, noting, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5), bandwidth=1e9,
+                       baselines={})
+    assert t.message is None
+    timed = seen[3:]  # after each set's first, checked run and the one probe run
+    assert len(set(seen[:2])) == 2 and all(a != b for a, b in zip(timed, timed[1:]))
 
 
 def test_wrong_values_at_the_bench_size_name_the_worst_element():
@@ -323,10 +354,11 @@ def test_the_device_lock_covers_bench_work_phase_by_phase_or_the_whole_stage(mon
     assert timer_calls == [True, True, True]  # the baseline's, the probe's, the kernel's runs
     # the bench-size check runs on a held GPU too: no other worker times beside it
     assert all(kernel_calls) and len(kernel_calls) > 1
-    assert judged == [True, True]  # the check, and the check after the timed runs
-    # the outputs' poisoning and the float64 oracle's run are bench-size GPU work too
+    # the check of each input set, and the checks of both after the timed runs
+    assert judged == [True, True, True, True]
+    # the outputs' poisoning and the float64 oracle's runs are bench-size GPU work too
     # (uploads are not: they cross PCIe, not the HBM a timed run reads)
-    assert poisoned == [True] and oracled == [True]
+    assert poisoned == [True, True] and oracled == [True, True]
     # uploads share the GPU with other sharers (small correctness cases), never with
     # another's timed runs: kernel's inputs, their pristine copy, the baseline's inputs
     assert len(uploads) >= 2 and all(uploads), uploads

@@ -1,10 +1,15 @@
 """The evaluator: one candidate through named stages, into one ``Result``.
 
-render -> build -> guards -> correctness -> timing. Each stage reads what the
+render -> guards -> build -> correctness -> timing. Each stage reads what the
 ones before left in a ``_Run`` and leaves its artifact in ``artifacts``; the
 first that fails ends the pipeline with ``Result.failure(stage, message)``. An
 exception in a stage is a failure of that stage, never raised (an out-of-memory
 one is marked ``out_of_memory`` so a worker can report it and restart).
+
+This process is the judge: it renders, guards, draws the cases, computes the
+reference and the oracle, times the baseline and gives the verdict. The candidate's
+code never runs here: the build stage loads it in a candidate process of its own
+(``sandbox``), used for this candidate only, and the later stages call it there.
 """
 from __future__ import annotations
 
@@ -13,9 +18,9 @@ import traceback
 from dataclasses import dataclass, field
 
 from kdsl import backends
-from kdsl.backends import BuildError, Built, Unsupported
+from kdsl.backends import Built, Unsupported
 
-from . import correctness, guards, plan, timing
+from . import correctness, guards, plan, sandbox, timing
 from ..jobs import EvalJob
 from ..result import STAGES, Result
 
@@ -31,6 +36,7 @@ class _Run:
     backend: object = None
     source: str = ""
     built: Built | None = None
+    box: sandbox.Sandbox | None = None
     timing: timing.Timing | None = None
     artifacts: dict = field(default_factory=dict)
 
@@ -70,17 +76,40 @@ def _genome(space, genes: dict) -> dict:
 
 
 def build(run: _Run) -> None:
+    """The candidate built and loaded in its own process; ``run.built`` calls it there."""
+    config = run.job.config
+    run.box = box = sandbox.open_sandbox(config.device, _memory_mb(config))
+    started = time.perf_counter()
     try:
-        run.built = run.backend.build(run.job.op, run.source, run.job.config.device)
-    except BuildError as e:
-        run.artifacts["build_log"] = e.log
-        log = e.log.strip()
-        raise StageFailed(f"{e}\n{log[-4000:]}" if log else str(e)) from None
-    run.artifacts["build_log"] = run.built.log
-    run.artifacts["meta"] = dict(run.built.meta)
+        box.ready()
+    except sandbox.CandidateFault as e:
+        raise StageFailed(str(e)) from None
+    run.artifacts["sandbox_wait_s"] = round(time.perf_counter() - started, 3)
+    try:
+        reply = box.call("load", run.backend, run.job.op, run.source, config.device)
+    except sandbox.CandidateFault as e:
+        raise StageFailed(str(e)) from None
+    if reply[0] == "build_error":
+        _, message, log = reply
+        run.artifacts["build_log"] = log
+        log = log.strip()
+        raise StageFailed(f"{message}\n{log[-4000:]}" if log else message)
+    _, log, meta, can_prepare = reply
+    kernel = sandbox.RemoteKernel(box)
+    prepare = (lambda shapes: box.call("prepare", shapes)) if can_prepare else None
+    run.built = Built(kernel, log, meta, prepare)
+    run.artifacts["build_log"] = log
+    run.artifacts["meta"] = dict(meta)
+
+
+def _memory_mb(config) -> int | None:
+    return config.memory_mb if config.device == "cpu" else None
 
 
 def check_guards(run: _Run) -> None:
+    if getattr(run.backend, "unguarded", False):  # test backends only: see tests/fake_backend
+        run.artifacts["guards"] = []
+        return
     found = guards.check(run.source, run.backend.language, run.backend.name)
     run.artifacts["guards"] = [g.name for g in guards.applicable(run.backend.name)]
     if found:
@@ -131,7 +160,7 @@ def time_it(run: _Run) -> None:
         raise StageFailed(t.message)
 
 
-PIPELINE = {"render": render, "build": build, "guards": check_guards,
+PIPELINE = {"render": render, "guards": check_guards, "build": build,
             "correctness": check_correctness, "timing": time_it}
 assert tuple(PIPELINE) == STAGES
 
@@ -139,6 +168,17 @@ assert tuple(PIPELINE) == STAGES
 def evaluate(job: EvalJob, timer=None) -> Result:
     """The result of ``job``; never raises (KeyboardInterrupt aside)."""
     run = _Run(job, timer)
+    try:
+        return _pipeline(run)
+    finally:
+        if run.box is not None:
+            run.box.stop()
+            # the next candidate's process starts now, while this result goes back
+            sandbox.start_spare(job.config.device, _memory_mb(job.config))
+
+
+def _pipeline(run: _Run) -> Result:
+    job = run.job
     spent = run.artifacts.setdefault("stage_s", {})
     for stage, fn in PIPELINE.items():
         if stage == "timing" and not job.config.time:

@@ -57,13 +57,19 @@ def bench_dtype(op: ir.Op, point: ir.BenchPoint, wanted: str | None) -> str:
 _BENCH_CASES: dict[tuple, cases.Case] = {}
 
 
-def bench_case(op: ir.Op, point: ir.BenchPoint, dtype: str) -> cases.Case:
-    """The bench inputs (numpy, never handed to a kernel), kept for the latest point only."""
-    key = (op.hash, point.sizes, dtype)
+def bench_case(op: ir.Op, point: ir.BenchPoint, dtype: str, variant: int = 0) -> cases.Case:
+    """The bench inputs (numpy, never handed to a kernel), kept for the latest point only.
+
+    ``variant`` 1 is a second set of inputs at the same point, drawn from another seed:
+    timed runs alternate between the two, so an answer kept from an earlier call is the
+    wrong answer for the next one."""
+    key = (op.hash, point.sizes, dtype, variant)
     if key not in _BENCH_CASES:
-        _BENCH_CASES.clear()
-        floor.forget()
-        _BENCH_CASES[key] = cases.bench_case(op, ir.BenchPoint(point.device, point.sizes, dtype))
+        for k in [k for k in _BENCH_CASES if k[:3] != key[:3]]:
+            del _BENCH_CASES[k]
+            floor.forget()
+        _BENCH_CASES[key] = cases.bench_case(op, ir.BenchPoint(point.device, point.sizes, dtype),
+                                             seed=variant * corr.TWIN_SEED)
     return _BENCH_CASES[key]
 
 
@@ -159,19 +165,20 @@ _ORACLES: dict[tuple, tuple] = {}
 
 
 def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext,
-           uploaded: dict | None = None, waited: dict | None = None
+           uploaded: dict | None = None, waited: dict | None = None, variant: int = 0
            ) -> tuple[dict | None, str]:
     """The baseline on float64 inputs, as device tensors (None and why when it fails).
 
-    Computed once a process, on the device under ``hold()`` (the device lock, where the
+    Computed once a process for each input ``variant``, on the device under ``hold()`` (the device lock, where the
     caller does not hold it already), from ``uploaded`` (the case's inputs on the device,
     left as they are) or a fresh upload. Kept between jobs on the host, not the GPU: many
     workers share one card, and each holding a copy of the bench outputs would crowd it
     out; each job uploads it again."""
     import torch
-    key = (op.hash, device, tuple(case.sizes.items()), case.dtype)
+    key = (op.hash, device, tuple(case.sizes.items()), case.dtype, variant)
     if key not in _ORACLES:
-        _ORACLES.clear()
+        for k in [k for k in _ORACLES if k[:4] != key[:4]]:  # both variants of one point
+            del _ORACLES[k]
         try:
             ins = uploaded
             if ins is None:  # (freed with ``ins`` below)
@@ -295,7 +302,8 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
     arts["device_lock"] = "stage" if whole else "phases"
     lock = functools.partial(device_lock.exclusive, device, arts)
     with lock() if whole else contextlib.nullcontext():
-        return _measure_at(op, case, kernel, config, timer or default_timer(device), bandwidth,
+        return _measure_at(op, point, case, as_kernel(kernel, timer or default_timer(device)),
+                           config, timer or default_timer(device), bandwidth,
                            BASELINES if baselines is None else baselines, compile_fn, arts,
                            contextlib.nullcontext if whole else lock, keep_inputs=whole)
 
@@ -310,7 +318,69 @@ def _lap(phases: dict, name: str):
         phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - start, 4)
 
 
-def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, arts,
+class LocalKernel:
+    """A kernel function run in this process, with the interface of ``sandbox.RemoteKernel``
+    (tests, and tools that time a trusted function)."""
+
+    def __init__(self, fn, timer: Timer):
+        self.fn, self.timer = fn, timer
+
+    def __call__(self, ins, outs, sizes):
+        self.fn(ins, outs, sizes)
+
+    def time(self, sets, sizes, warmup, reps, poisons) -> list[float]:
+        state = {"n": 0, "current": sets[0]}
+
+        def setup():
+            k = state["n"] % len(sets)
+            state["n"] += 1
+            state["current"] = sets[k]
+            for name, dt, variant in poisons:
+                corr.poison(sets[k][1][name], dt, variant)
+
+        def run():
+            ins, outs = state["current"]
+            self.fn(ins, outs, dict(sizes))
+
+        return self.timer(run, warmup=warmup, reps=reps, setup=setup)
+
+    batch = None  # no outside view of a function this process runs itself
+
+
+def as_kernel(kernel, timer: Timer):
+    return kernel if hasattr(kernel, "time") else LocalKernel(kernel, timer)
+
+
+# an outside view that is more than this many times the candidate's own median, beyond
+# the allowance for launches and the request's round trip, contradicts that median
+OUTSIDE_RATIO = 2.0
+OUTSIDE_ALLOWANCE_MS = 0.1
+
+
+def outside_view(kernel, sets, sizes, device, samples, hold) -> tuple[dict, str | None]:
+    """The judge's own clock on a batch of the candidate's calls (warm, back to back),
+    against the median the candidate's process reported: (artifact, message if they
+    contradict). The batch costs as much device time as the timed runs did."""
+    if getattr(kernel, "batch", None) is None:
+        return {}, None
+    median = statistics.median(samples)
+    n = max(1, min(len(samples), int(200.0 / max(median, 1e-3))))
+    ins, outs = sets[0]
+    with hold():
+        kernel.batch(ins, outs, sizes, 1)  # the round trip itself, once warm
+        trip = min(kernel.batch(ins, outs, sizes, 0) for _ in range(3))
+        wall = kernel.batch(ins, outs, sizes, n)
+    per_call_ms = max(0.0, wall - trip) / n * 1e3
+    art = {"outside_ms": round(per_call_ms, 5), "outside_calls": n,
+           "outside_trip_ms": round(trip * 1e3, 4)}
+    if per_call_ms > OUTSIDE_RATIO * median + OUTSIDE_ALLOWANCE_MS:
+        return art, (f"suspect: the candidate's process reported a median of {median:.4g} ms "
+                     f"a call, but {n} calls took {per_call_ms:.4g} ms each on the judge's "
+                     f"clock")
+    return art, None
+
+
+def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compile_fn, arts,
                 hold, keep_inputs: bool = False) -> Timing:
     """``keep_inputs``: copy the inputs on the device before any run, for the checks that
     they stayed intact (a large point holds the GPU alone, so the copy fits; uploading a
@@ -328,29 +398,36 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
     # one run can lengthen one batch of another's timed runs, which the median outvotes).
     # The price: a kernel that hangs only at the bench size holds the lock until its job's
     # time limit, and the others' waits count against theirs
-    with lap("inputs"), device_lock.shared(device, arts):
-        ins = corr.fresh_inputs(op, dtype, case.inputs, device)
-        # the inputs as uploaded, for the checks that the kernel left them intact: a second
-        # upload, or, where the whole stage holds the GPU (a 5 GB table), a device copy
-        pristine = {k: v.clone() for k, v in ins.items()} if keep_inputs else \
-            corr.fresh_inputs(op, dtype, case.inputs, device)
-    with lap("first_run"), hold():  # compiled by the build already (its warm pass)
-        outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
-        kernel(ins, outs, dict(case.sizes))
-        corr.sync(device)
-    with lap("oracle"):
-        ref, note = oracle(op, case, device, hold, uploaded=pristine, waited=arts)
-    if note:
-        arts["bench_check"] = note
-    with lap("check"), hold():
-        message, error = bench_judge(op, case, ins, outs, ref, 0, device, pristine)
-    arts["bench_max_error"] = error
-    if message:
-        return Timing(f"wrong at the {where}: {message}", artifacts=arts)
-
-    def repoison():
-        for t in op.outputs:
-            corr.poison(outs[t.name], op.dtype_of(t.name, dtype), 1)
+    sets = []  # (case, ins, outs, pristine, oracle) for each input variant
+    for variant in (0, 1):
+        if variant:
+            with lap("draw"):
+                case = bench_case(op, point, dtype, 1)
+        with lap("inputs"), device_lock.shared(device, arts):
+            ins = corr.fresh_inputs(op, dtype, case.inputs, device)
+            # the inputs as uploaded, for the checks that the kernel left them intact: a
+            # second upload, or, where the whole stage holds the GPU (a 5 GB table), a copy
+            pristine = {k: v.clone() for k, v in ins.items()} if keep_inputs else \
+                corr.fresh_inputs(op, dtype, case.inputs, device)
+        with lap("first_run"), hold():  # compiled by the build already (its warm pass)
+            outs = corr.alloc_outputs(op, case.sizes, dtype, device, 0)
+            kernel(ins, outs, dict(case.sizes))
+            corr.sync(device)
+        with lap("oracle"):
+            ref, note = oracle(op, case, device, hold, uploaded=pristine, waited=arts,
+                               variant=variant)
+        if note:
+            arts["bench_check"] = note
+        with lap("check"), hold():
+            message, error = bench_judge(op, case, ins, outs, ref, 0, device, pristine)
+        arts["bench_max_error"] = max(arts.get("bench_max_error", 0.0), error)
+        if message:
+            which = "" if not variant else " (second input set)"
+            return Timing(f"wrong at the {where}{which}: {message}", artifacts=arts)
+        sets.append((case, ins, outs, pristine, ref))
+    case = sets[0][0]
+    poisons = [(t.name, op.dtype_of(t.name, dtype), 1) for t in op.outputs]
+    pairs = [(ins, outs) for _, ins, outs, _, _ in sets]
 
     with lap("baseline"):
         base = time_baseline(op, case, device, baseline_mode(config), config, timer, cache,
@@ -361,11 +438,10 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
                 other = time_baseline(op, case, device, extra, config, timer, cache,
                                       compile_fn, hold, waited=arts)
             arts.setdefault("baselines_ms", {})[other.name] = other.ms
-    run = lambda: kernel(ins, outs, dict(case.sizes))  # noqa: E731
     with lap("timed_runs"), hold(), torch.no_grad():
         # one timed run first: a kernel already far slower than the baseline is ranked by
         # it, instead of holding the device for warmup + reps more runs of seconds each
-        samples = timer(run, warmup=0, reps=1, setup=repoison)
+        samples = kernel.time(pairs, case.sizes, 0, 1, poisons)
         cutoff, rest_ms = config.slow_cutoff, samples[0] * (config.warmup + config.reps)
         # (a cold single run of a fast kernel can be 10x a warm median: cut only where the
         # runs saved are worth a second of the device's time)
@@ -373,8 +449,21 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
             arts["reps_cut"] = (f"one timed run, {samples[0]:.4g} ms: over {cutoff:g}x the "
                                 f"baseline's {base.ms:.4g} ms")
         else:
-            samples = timer(run, warmup=config.warmup, reps=config.reps, setup=repoison)
+            samples = kernel.time(pairs, case.sizes, config.warmup, config.reps, poisons)
     time_ms = statistics.median(samples)
+    # the outputs the timed runs left, each set's against its own oracle: a kernel that
+    # kept an answer from an earlier call gives one set the other's
+    for k, (c, ins, outs, pristine, ref) in enumerate(sets):
+        with lap("check_again"), hold():
+            corr.sync(device)
+            message, _ = bench_judge(op, c, ins, outs, ref, 1, device, pristine)
+        if message:
+            which = "" if not k else " (second input set)"
+            return Timing(f"wrong after the timed runs at the {where}{which}: {message}",
+                          artifacts=arts)
+    with lap("outside_view"):
+        outside, contradiction = outside_view(kernel, pairs, case.sizes, device, samples, hold)
+    arts.update(outside)
     with lap("floor"):
         nbytes = bench_traffic_bytes(op, case)
         bw = bandwidth(device, nbytes) if callable(bandwidth) else \
@@ -383,18 +472,15 @@ def _measure_at(op, case, kernel, config, timer, bandwidth, cache, compile_fn, a
         if suspect and bandwidth is None:  # rule out a slow copy by bad luck: measure again
             bw = copy_bandwidth(device, nbytes, fresh=True, hold=hold)
             suspect = time_ms < SUSPECT_FRACTION * nbytes / bw * 1e3
-    with lap("check_again"), hold():
-        corr.sync(device)
-        message, _ = bench_judge(op, case, ins, outs, ref, 1, device, pristine)
-    if message:
-        return Timing(f"wrong after repeated runs at the {where}: {message}", artifacts=arts)
     floor_ms = nbytes / bw * 1e3
     arts.update(timings_ms=samples, floor_ms=floor_ms, bytes=nbytes, bandwidth_gbs=bw / 1e9,
-                suspect=suspect)
+                suspect=suspect or contradiction is not None)
     if base.note:
         arts["baseline_fallback"] = base.note
     timing = Timing(None, time_ms, base.ms, base.name, arts)
-    if suspect:
+    if contradiction:
+        timing.message = contradiction
+    elif suspect:
         timing.message = (f"suspect: {time_ms:.4g} ms is faster than the memory-traffic floor "
                           f"{floor_ms:.4g} ms ({nbytes / 1e6:.4g} MB of inputs and outputs at "
                           f"{bw / 1e9:.4g} GB/s); the kernel cannot have done the work")

@@ -1,0 +1,178 @@
+"""The candidate process: one candidate's code, run on tensors the judge owns.
+
+Started by ``sandbox`` (spawn, never fork) for one candidate only, and never given
+another. It holds nothing worth attacking: no reference, no oracle, no judge, no
+baseline. Its environment is fixed before anything heavy is imported (like the
+judge's worker: ``TRITON_INTERPRET=1`` and no GPU for 'cpu'); this module uses only
+the standard library at its top for that reason.
+
+Protocol on the pipe, one request and one reply at a time:
+
+- ``("load", backend, op, source, device)``: build the candidate (the backend's own
+  build: a compile, then the module or shared object loaded here) ->
+  ``("built", log, meta, can_prepare)`` or ``("build_error", message, log)``.
+- ``("prepare", shapes)``: compile ahead for these (sizes, dtype) pairs.
+- ``("run", ins, outs, sizes)``: one call -> ``("ok", None)``.
+- ``("time", sets, sizes, warmup, reps, poisons)``: timed calls alternating between
+  the (ins, outs) sets, each set's outputs re-poisoned before its call -> ``("ok",
+  [ms, ...])``.
+- ``("batch", ins, outs, sizes, n)``: ``n`` calls back to back, then a device sync,
+  for the judge's own clock -> ``("ok", None)``.
+- ``None``: exit.
+
+Any request may be answered ``("raised", text)`` (the candidate raised) or
+``("tampered", text)`` (it added a key to, or rebound a tensor in, what it was
+handed, or set an attribute on a tensor: state that could pay across calls).
+Tensors arrive through torch's shared-memory reductions (CPU shared memory, CUDA IPC):
+the same memory the judge reads once the reply is in.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from . import confine  # standard library only, like this module
+
+LOG_CAP_BYTES = 64 << 20  # RLIMIT_FSIZE: the candidate's log, and any file it writes
+
+
+def environment(device: str) -> dict[str, str | None]:
+    """Variables to set (None: remove) before any import; as the judge's worker has them."""
+    if device == "cpu":
+        return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    return {"TRITON_INTERPRET": None}
+
+
+def main(conn, device: str, memory_mb: int | None, log_path: str) -> None:
+    for name, value in environment(device).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    confine.redirect_output(log_path)
+    confine.limit(memory_mb, file_cap=LOG_CAP_BYTES)
+    confine.die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import faulthandler
+    faulthandler.enable()
+    import torch  # noqa: F401
+    import torch.multiprocessing  # noqa: F401 - the shared-memory reductions for tensors
+    conn.send(("ready", os.getpid()))
+    host = _Host(device)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        try:
+            reply = host.handle(message)
+        except _Tampered as e:
+            reply = ("tampered", str(e))
+        except BaseException as e:  # noqa: BLE001 - every failure is the candidate's verdict
+            import traceback
+            tb = traceback.format_exception(type(e), e, e.__traceback__)
+            reply = ("raised", f"{type(e).__name__}: {e}\n{''.join(tb[-3:]).rstrip()}")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            conn.send(reply)
+        except (OSError, ValueError):
+            return
+        # a reply can hold tensors of this process; dropping them here lets the judge
+        # free its memory (CUDA IPC counts references across processes)
+        del reply, message
+
+
+class _Tampered(Exception):
+    pass
+
+
+class _Host:
+    """What runs the candidate: builds it, calls it, times it; checks what it was handed."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.built = None
+
+    def handle(self, message):
+        kind, *args = message
+        return getattr(self, f"_{kind}")(*args)
+
+    def _load(self, backend, op, source, device):
+        from kdsl.backends import BuildError
+        try:
+            self.built = backend.build(op, source, device)
+        except BuildError as e:
+            return ("build_error", str(e), e.log)
+        return ("built", self.built.log, dict(self.built.meta), self.built.prepare is not None)
+
+    def _prepare(self, shapes):
+        self.built.prepare(shapes)
+        return ("ok", None)
+
+    def _run(self, ins, outs, sizes):
+        self._call(ins, outs, sizes)
+        self._sync()
+        return ("ok", None)
+
+    def _time(self, sets, sizes, warmup, reps, poisons):
+        import torch
+
+        from .correctness import poison
+        from .timers import default_timer
+        state = {"n": 0, "current": sets[0]}
+        handed = [(dict(ins), dict(outs)) for ins, outs in sets]
+
+        def setup():
+            k = state["n"] % len(sets)
+            state["n"] += 1
+            state["current"] = sets[k]
+            for name, dt, variant in poisons:
+                poison(sets[k][1][name], dt, variant)
+
+        def run():
+            ins, outs = state["current"]
+            self.built.fn(ins, outs, dict(sizes))
+
+        with torch.no_grad():
+            samples = default_timer(self.device)(run, warmup=warmup, reps=reps, setup=setup)
+        for (ins, outs), before in zip(sets, handed):
+            _check_handed(ins, outs, before)
+        return ("ok", [float(s) for s in samples])
+
+    def _batch(self, ins, outs, sizes, n):
+        import torch
+        with torch.no_grad():
+            for _ in range(n):
+                self.built.fn(ins, outs, dict(sizes))
+            self._sync()
+        return ("ok", None)
+
+    def _call(self, ins, outs, sizes):
+        handed = (dict(ins), dict(outs))
+        self.built.fn(ins, outs, dict(sizes))
+        _check_handed(ins, outs, handed)
+
+    def _sync(self):
+        if self.device == "cuda":
+            import torch
+            torch.cuda.synchronize()
+
+
+def _check_handed(ins: dict, outs: dict, handed) -> None:
+    """Nothing added to, or rebound in, the dicts; no attribute left on a tensor."""
+    for role, now, before in (("inputs", ins, handed[0]), ("outputs", outs, handed[1])):
+        if set(now) != set(before):
+            extra = sorted(set(now) ^ set(before))
+            raise _Tampered(f"the kernel changed the keys of its {role} dict: {extra}")
+        for name, t in before.items():
+            if now[name] is not t:
+                raise _Tampered(f"the kernel rebound {role}['{name}'] instead of writing "
+                                f"into the tensor it was given")
+        for name, t in now.items():
+            if getattr(t, "__dict__", None):
+                raise _Tampered(f"the kernel set attributes on {role}['{name}']: "
+                                f"{sorted(t.__dict__)[:5]}")

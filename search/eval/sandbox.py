@@ -1,0 +1,192 @@
+"""The judge's side of the candidate process: start it, send it work, read its verdicts.
+
+A ``Sandbox`` is one candidate process (``candidate_main``), used for one candidate
+and then stopped. Starting one costs an interpreter and torch (seconds), so the judge
+keeps one spare started ahead (``open`` takes it, ``stop`` starts the next): the cost
+overlaps the judge's own work instead of adding to each evaluation.
+
+``RemoteKernel`` is the candidate as the correctness and timing stages see it: a
+callable ``kernel(ins, outs, sizes)`` plus ``time`` and ``batch``. The judge's own
+tensors go to the candidate, in memory the judge owns (CUDA tensors through CUDA IPC;
+CPU tensors moved into shared memory in place, once), so what the judge checks is what
+the candidate wrote, where it wrote it. Between requests the process is
+stopped (SIGSTOP): nothing it left running can write into that memory while the judge
+reads it, or work while the judge times the baseline.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import tempfile
+import time
+
+from . import candidate_main
+
+READY_TIMEOUT_S = 300.0
+LOG_TAIL = 16000
+
+
+class CandidateFault(Exception):
+    """The candidate raised, tampered with what it was handed, or its process died."""
+
+
+class Sandbox:
+    def __init__(self, device: str, memory_mb: int | None):
+        self.device, self.memory_mb = device, memory_mb
+        self._ctx = mp.get_context("spawn")
+        fd, self.log_path = tempfile.mkstemp(prefix="kdsl-candidate-", suffix=".log")
+        os.close(fd)
+        self.conn, child = self._ctx.Pipe()
+        self.process = self._ctx.Process(
+            target=candidate_main.main, args=(child, device, memory_mb, self.log_path),
+            name=f"kdsl-candidate-{device}", daemon=True)
+        self.process.start()
+        child.close()
+        self.pid = None
+        self.started = time.monotonic()
+
+    @property
+    def kind(self) -> tuple:
+        return (self.device, self.memory_mb)
+
+    def ready(self) -> None:
+        """Wait for the process to have imported torch (at most READY_TIMEOUT_S)."""
+        if self.pid is not None:
+            return
+        if not self.conn.poll(READY_TIMEOUT_S):
+            raise CandidateFault(f"the candidate process was not ready after "
+                                 f"{READY_TIMEOUT_S:g}s")
+        tag, self.pid = self._receive()
+        assert tag == "ready", tag
+        self._signal(signal.SIGSTOP)
+
+    def call(self, *message):
+        """Send one request; its reply, or CandidateFault for what went wrong."""
+        self.ready()
+        self._signal(signal.SIGCONT)
+        try:
+            self.conn.send(message)
+        except (OSError, ValueError) as e:
+            raise CandidateFault(f"the candidate process is gone: {self._death(e)}") from None
+        reply = self._receive()
+        self._signal(signal.SIGSTOP)
+        tag = reply[0]
+        if tag == "raised":
+            raise CandidateFault(f"kernel raised {reply[1]}")
+        if tag == "tampered":
+            raise CandidateFault(f"tampering: {reply[1]}")
+        return reply
+
+    def _signal(self, sig) -> None:
+        try:
+            os.kill(self.pid, sig)
+        except (ProcessLookupError, TypeError):
+            pass  # gone: the next receive says how
+
+    def _receive(self):
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError) as e:
+            raise CandidateFault(f"the candidate process died: {self._death(e)}") from None
+
+    def _death(self, e) -> str:
+        self.process.join(2)
+        code = self.process.exitcode
+        if code is not None and code < 0:
+            try:
+                what = f"killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                what = f"killed by signal {-code}"
+        elif code is not None:
+            what = f"exited with code {code}"
+        else:
+            what = f"{type(e).__name__}"
+        tail = self.log_tail()
+        fatal = tail.rfind("Fatal Python error")  # faulthandler's report: where it died
+        shown = tail[fatal:fatal + 1500] if fatal >= 0 else tail[-600:]
+        return what + (f"; its log: {shown.strip()}" if shown.strip() else "")
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.path.getsize(self.log_path) - LOG_TAIL))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Kill the process (a candidate is never given a second chance) and forget it."""
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+
+_SPARE: dict[tuple, Sandbox] = {}
+
+
+def open_sandbox(device: str, memory_mb: int | None) -> Sandbox:
+    """A fresh candidate process: the spare started ahead when there is one of this kind."""
+    kind = (device, memory_mb)
+    box = _SPARE.pop(kind, None)
+    if box is not None and not box.process.is_alive():
+        box.stop()
+        box = None
+    return box or Sandbox(device, memory_mb)
+
+
+def start_spare(device: str, memory_mb: int | None) -> None:
+    """Start the next candidate process now, so that it is ready when a job comes."""
+    kind = (device, memory_mb)
+    for other in [k for k in _SPARE if k != kind]:  # one spare at a time
+        _SPARE.pop(other).stop()
+    if kind not in _SPARE:
+        _SPARE[kind] = Sandbox(device, memory_mb)
+
+
+def stop_spares() -> None:
+    for box in _SPARE.values():
+        box.stop()
+    _SPARE.clear()
+
+
+class RemoteKernel:
+    """The candidate, called from the judge: ``kernel(ins, outs, sizes)``, ``time``, ``batch``."""
+
+    def __init__(self, box: Sandbox):
+        self.box = box
+
+    def __call__(self, ins: dict, outs: dict, sizes: dict) -> None:
+        self.box.call("run", _shared(ins), _shared(outs), dict(sizes))
+
+    def time(self, sets: list[tuple[dict, dict]], sizes: dict, warmup: int, reps: int,
+             poisons: list[tuple[str, str, int]]) -> list[float]:
+        """Timed calls in the candidate's process, alternating between ``sets``."""
+        sent = [(_shared(i), _shared(o)) for i, o in sets]
+        _, samples = self.box.call("time", sent, dict(sizes), warmup, reps, poisons)
+        if not (isinstance(samples, list) and len(samples) == reps and
+                all(isinstance(s, float) and s >= 0 for s in samples)):
+            raise CandidateFault("the candidate process answered the timing request with "
+                                 "something other than its samples")
+        return samples
+
+    def batch(self, ins: dict, outs: dict, sizes: dict, n: int) -> float:
+        """Seconds, on the judge's clock, of ``n`` calls back to back and a device sync."""
+        sent_in, sent_out = _shared(ins), _shared(outs)
+        start = time.perf_counter()
+        self.box.call("batch", sent_in, sent_out, dict(sizes), n)
+        return time.perf_counter() - start
+
+
+def _shared(tensors: dict) -> dict:
+    """The tensors, where the candidate process can map them: CUDA memory as it is (IPC),
+    CPU storage moved into shared memory in place (the same tensor objects, once)."""
+    for t in tensors.values():
+        if not t.is_cuda and not t.is_shared():
+            t.share_memory_()
+    return dict(tensors)
