@@ -4,6 +4,12 @@ Sizes come from the test ranges: the ranges' ends, edge sizes (1, primes,
 non-powers of two) and log-uniform draws. Inputs follow each tensor's domain;
 jagged offsets include empty and single-element segments; ops that sort get
 cases full of duplicate keys. The same (op, seed) always gives the same cases.
+
+``upper_shapes`` adds the upper ends, whatever a case budget says for the rest: each
+range's dim at its maximum with the others small ('upper'), and the dims a domain
+depends on at theirs ('longest': one segment spans an offsets tensor's whole total).
+Their inputs hold the ends of every bounded domain (the largest index a range allows,
+an integer type's extremes where no domain bounds it).
 """
 from __future__ import annotations
 
@@ -15,8 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import dtypes, ir
-from .sizes import evaluate, sample
+from .sizes import evaluate, ranges, sample, upper
 
+UPPER_LABELS = ("upper", "longest")
 STYLES = ("low", "high", "one", "edge", "random", "random", "edge", "random")
 
 
@@ -74,6 +81,54 @@ def shapes(op: ir.Op, seed: int, per_dtype: int = 8, dtype_list=None) -> list[Sh
     return out
 
 
+# The largest case an upper end gets. A dim whose maximum alone passes it (others small)
+# takes the largest value that fits instead: such a case would cost every evaluation more
+# than all its other cases together (the Triton interpreter runs a 1M-element softmax in
+# ~1.5 s), and the bench point, checked against the float64 oracle, covers large sizes.
+# The library's specs stay far below it (200,000 elements at most: hash_bucketize's N).
+UPPER_CASE_ELEMENTS = 1 << 22
+UPPER_INDEX = 200  # Shape.index of the first upper case (draws apart from the others)
+
+_UPPER_SIZES: dict[tuple, list] = {}
+
+
+def domain_dims(op: ir.Op) -> tuple[str, ...]:
+    """Dims an input's domain depends on: a value range's bounds, an offsets total."""
+    out = []
+    for t in op.inputs:
+        d = t.domain
+        exprs = (d.total,) if isinstance(d, ir.Offsets) else \
+            (d.lo, d.hi) if isinstance(d, ir.ValueRange) else ()
+        for e in exprs:
+            out += [n.name for n in ir.walk(e) if isinstance(n, ir.Name) and n.name in op.dims]
+    return tuple(dict.fromkeys(out))
+
+
+def upper_sizes(op: ir.Op, budget: int = UPPER_CASE_ELEMENTS) -> list[tuple[str, dict]]:
+    """(label, sizes) of the upper ends: the domains' dims together ('longest'), then each
+    range's dim alone ('upper'); the others as small as the conditions allow. Searched
+    once a process per op (a spec of 19 dims and 8 conditions takes under a second)."""
+    key = (op.hash, budget)
+    if key not in _UPPER_SIZES:
+        out = []
+        if op.test is not None:
+            wanted = [("longest", domain_dims(op))] if domain_dims(op) else []
+            wanted += [("upper", (d,)) for d in ranges(op)]
+            for label, dims in wanted:
+                sizes = upper(op, dims, budget)
+                if sizes is not None and all(sizes != s for _, s in out):
+                    out.append((label, sizes))
+        _UPPER_SIZES[key] = out
+    return _UPPER_SIZES[key]
+
+
+def upper_shapes(op: ir.Op, dtype_list=None, budget: int = UPPER_CASE_ELEMENTS) -> list[Shape]:
+    """The upper-end cases of ``upper_sizes``, for each dtype."""
+    return [Shape(dict(sizes), dt, label, UPPER_INDEX + k)
+            for dt in dtype_list or op.dtype_choices
+            for k, (label, sizes) in enumerate(upper_sizes(op, budget))]
+
+
 def draw(op: ir.Op, shape: Shape, seed: int) -> Case:
     """The inputs of one case, deterministic in (op, shape, seed)."""
     key = [seed, shape.index, op.dtype_choices.index(shape.dtype)
@@ -104,12 +159,15 @@ def _tensor(op: ir.Op, t: ir.Tensor, shape: Shape, rng: np.random.Generator) -> 
         rng = _Chunked(rng)
     if isinstance(dom, ir.Offsets):
         return _offsets(dims[0], evaluate(dom.total, shape.sizes), shape.label, rng)
+    ends = None  # the domain's least and greatest values, for the upper-end cases
     if isinstance(dom, ir.ValueRange):
         lo, hi = _bound(dom.lo, shape.sizes), _bound(dom.hi, shape.sizes)
         if kind == "int":
             a = rng.integers(int(lo), max(int(hi), int(lo) + 1), size=dims, dtype=np.int64)
+            ends = (int(lo), max(int(hi) - 1, int(lo)))
         else:
             a = _uniform(rng, lo, hi, dims, f32)
+            ends = (lo, hi)
     elif isinstance(dom, ir.Positive):
         a = _uniform(rng, 0.05, 4.0, dims, f32) if kind == "float" else \
             rng.integers(1, 1000, size=dims, dtype=np.int64)
@@ -120,9 +178,15 @@ def _tensor(op: ir.Op, t: ir.Tensor, shape: Shape, rng: np.random.Generator) -> 
     elif kind == "int":
         info = np.iinfo(np.int32 if dt == "i32" else np.int64)
         a = rng.integers(info.min, info.max, size=dims, dtype=np.int64, endpoint=True)
+        ends = (int(info.min), int(info.max))
     else:
         a = rng.standard_normal(dims, **f32)
-    return _store(np.asarray(a), dt)
+    a = np.asarray(a)
+    if ends is not None and shape.label in UPPER_LABELS and a.size:
+        a.reshape(-1)[-1] = ends[1]  # the greatest value last, the least first
+        if a.size > 1:
+            a.reshape(-1)[0] = ends[0]
+    return _store(a, dt)
 
 
 class _Chunked:
@@ -181,9 +245,12 @@ def _bound(e: ir.Expr, sizes) -> float:
 
 
 def _offsets(n: int, total: int, label: str, rng: np.random.Generator) -> np.ndarray:
-    """n monotone offsets from 0 to total: n-1 segments, some empty or single in 'segments'."""
+    """n monotone offsets from 0 to total: n-1 segments, some empty or single in 'segments';
+    in 'longest' one segment spans the whole total (the middle one; the others empty)."""
     if n <= 1:
         return np.zeros(n, dtype=np.int64)
+    if label == "longest":
+        return np.where(np.arange(n) < n // 2, 0, total).astype(np.int64)
     cuts = np.sort(rng.integers(0, total + 1, size=n - 2)) if n > 2 else np.zeros(0, np.int64)
     off = np.concatenate([[0], cuts, [total]]).astype(np.int64)
     if label == "segments" and n > 2:

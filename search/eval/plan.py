@@ -1,16 +1,17 @@
 """The plan of correctness cases: which shapes, dtypes and seeds a candidate is run on.
 
-Fresh cases from each seed, the spec's edge sizes (every dim at its smallest, and at
-an awkward size), each within ``max_case_elements``.
+Fresh cases from each seed and the spec's edge sizes (every dim at its smallest, and at
+an awkward size), each within ``max_case_elements``; and, whatever that limit says, the
+upper ends of every test range and domain for each dtype (``cases.upper_shapes``): a
+kernel wrong only at sizes the limit would drop (softmax above N=4096, a bag of 2,000
+rows) fails here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from kdsl import cases, ir
-from kdsl.sizes import edge_values, ranges, shape_of, valid
+from kdsl import cases, ir, sizes as size_math
+from kdsl.sizes import edge_values, ranges, valid
 
 
 @dataclass(frozen=True)
@@ -20,8 +21,7 @@ class Planned:
 
 
 def elements(op: ir.Op, sizes: dict[str, int]) -> int:
-    return sum(int(np.prod(shape_of(op, t.name, sizes), dtype=np.int64))
-               for t in (*op.inputs, *op.outputs))
+    return size_math.elements(op, sizes)
 
 
 def chosen_dtypes(op: ir.Op, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
@@ -51,15 +51,25 @@ def edge_shapes(op: ir.Op, dts, max_elements: int) -> list[cases.Shape]:
     return out
 
 
+def upper_shapes(op: ir.Op, dts, max_elements: int) -> list[cases.Shape]:
+    """The upper ends for each dtype, within the larger of ``max_case_elements`` and
+    ``cases.UPPER_CASE_ELEMENTS`` (a budget only a dim of millions reaches)."""
+    return cases.upper_shapes(op, dts, max(cases.UPPER_CASE_ELEMENTS, max_elements))
+
+
 def plan(op: ir.Op, config) -> list[Planned]:
     dts = chosen_dtypes(op, config.dtypes)
+    first = config.seeds[0] if config.seeds else 0
     out = []
     for seed in config.seeds:
         for s in cases.shapes(op, seed, config.cases_per_dtype, dts):
             if elements(op, s.sizes) <= config.max_case_elements:
                 out.append(Planned(s, seed))
     seen = {(tuple(p.shape.sizes.items()), p.shape.dtype) for p in out}
-    for s in edge_shapes(op, dts, config.max_case_elements):
-        if (tuple(s.sizes.items()), s.dtype) not in seen:
-            out.append(Planned(s, config.seeds[0] if config.seeds else 0))
+    for s in (*edge_shapes(op, dts, config.max_case_elements),
+              *upper_shapes(op, dts, config.max_case_elements)):
+        key = (tuple(s.sizes.items()), s.dtype)
+        if key not in seen:
+            seen.add(key)
+            out.append(Planned(s, first))
     return out
