@@ -285,3 +285,43 @@ def test_large_bench_tensors_draw_the_same_on_any_number_of_threads(monkeypatch)
     assert table.shape == (300, 16) and table.dtype == np.float32
     assert abs(float(table.mean())) < 0.2 and 0.8 < float(table.std()) < 1.2
     assert len({table[i * 75, 0] for i in range(4)}) == 4  # chunks are not copies of one
+
+
+# ---- the upper ends ----------------------------------------------------------------
+
+def test_upper_ends_meet_the_conditions_with_the_other_dims_small():
+    from kdsl.sizes import upper
+    conv = OPS["conv1d"]  # LO == L + 2 * P - KW + 1 reaches 306 only at L=300, P=3, KW=1
+    got = upper(conv, ("LO",), 1 << 22)
+    assert got["LO"] == 306 and (got["L"], got["P"], got["KW"]) == (300, 3, 1)
+    assert got["B"] == got["CI"] == got["CO"] == 1
+    topk = upper(OPS["topk_rows"], ("K",), 1 << 22)  # K <= N: N no larger than it must be
+    assert topk == {"M": 1, "N": 64, "K": 64}
+    dlrm = upper(OPS["dlrm_interaction"], ("P",), 1 << 22)  # 2 * P == F * (F - 1)
+    assert (dlrm["P"], dlrm["F"]) == (780, 40)
+    bag = upper(OPS["embedding_bag_sum"], ("V", "L"), 1 << 22)  # a domain's dims together
+    assert bag == {"V": 1000, "D": 1, "B": 1, "L": 2000}
+
+
+def test_a_dim_whose_maximum_alone_is_enormous_takes_the_largest_size_that_fits():
+    from kdsl.sizes import elements, upper
+    op = spec.parse_text(SPECS.joinpath("softmax.kspec").read_text().replace(
+        "M in 1..300, N in 1..5000", "M in 1..8, N in 1..4194304"), "huge.kspec").ops[0]
+    got = upper(op, ("N",), cases.UPPER_CASE_ELEMENTS)
+    assert got["M"] == 1 and elements(op, got) <= cases.UPPER_CASE_ELEMENTS
+    assert elements(op, {"M": 1, "N": got["N"] + 1}) > cases.UPPER_CASE_ELEMENTS
+    assert got["N"] == cases.UPPER_CASE_ELEMENTS // 2
+    # the other dim's maximum is as cheap as ever
+    assert upper(op, ("M",), cases.UPPER_CASE_ELEMENTS) == {"M": 8, "N": 1}
+
+
+def test_upper_shapes_are_per_dtype_and_labelled():
+    op = OPS["jagged_softmax"]
+    shapes = cases.upper_shapes(op)
+    assert {s.dtype for s in shapes} == set(op.dtype_choices)
+    per_dtype = [s for s in shapes if s.dtype == "f32"]
+    assert [s.label for s in per_dtype][0] == "longest"
+    assert {s.label for s in per_dtype} == {"longest", "upper"}
+    assert len({s.index for s in per_dtype}) == len(per_dtype)
+    longest = cases.draw(op, per_dtype[0], 0)
+    assert longest.sizes["L"] == 2000 and list(longest.inputs["offsets"]) == [0, 2000]
