@@ -303,6 +303,8 @@ def number_tweak(rng, text, corpus):
 def rename(rng, text, corpus):
     """Every use of one name changed, or a single use: unknown names, shadowing, clashes."""
     names = sorted(set(re.findall(r"\b[A-Za-z_]\w*\b", text)))
+    if not names:
+        return token_replace(rng, text, corpus)
     old = rng.choice(names)
     new = rng.choice(names + ["q", "i", "j", "M", "N", "x", "sum", "where", "in", "op", "_"])
     if rng.random() < 0.5:

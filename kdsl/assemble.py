@@ -19,6 +19,10 @@ MAX_SIZE = (1 << 63) - 1  # a bench size, like any size, fits 64 bits
 LIMITS = {"op": 64, "dim": 32, "tensor": 32, "statement": 64, "bench line": 16}
 MAX_RANK = 8
 MAX_CONDITIONS = 16
+# Terms in the shapes and test conditions, evaluated at every size drawn (up to 1,600 draws
+# an op when the conditions are hard to meet): per op (the library's most: 135) and per file.
+MAX_SIZE_TERMS = 1000
+MAX_FILE_SIZE_TERMS = 2000
 
 
 class _Collector:
@@ -140,6 +144,12 @@ def _bench_point(item, out: _Collector) -> ir.BenchPoint:
     return ir.BenchPoint(device, tuple(sizes), dtype, loc)
 
 
+def size_terms(op: ir.Op) -> int:
+    exprs = [e for t in op.tensors for e in t.shape]
+    exprs += list(op.test.conditions) if op.test is not None else []
+    return sum(1 for e in exprs for _ in ir.walk(e))
+
+
 def arithmetic_too_large(e: ir.Expr) -> str:
     shown = format_expr(e)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
@@ -160,8 +170,17 @@ def assemble(raw_ops, path: str, text: str) -> tuple[list[ir.Op], list[Diagnosti
     if len(raw_ops) > LIMITS["op"]:
         out.error(raw_ops[LIMITS["op"]][2], f"more than {LIMITS['op']} ops in one spec")
         return ops, out.diagnostics
+    total = 0
     for raw in raw_ops:
         op = assemble_op(raw, path, text, out)
+        terms = size_terms(op)
+        total += terms
+        if terms > MAX_SIZE_TERMS:
+            out.error(op.loc, f"the shapes and test conditions of '{op.name}' hold {terms} "
+                              f"terms; at most {MAX_SIZE_TERMS}")
+        elif total > MAX_FILE_SIZE_TERMS and total - terms <= MAX_FILE_SIZE_TERMS:
+            out.error(op.loc, f"the shapes and test conditions of the ops up to '{op.name}' "
+                              f"hold {total} terms; a spec holds at most {MAX_FILE_SIZE_TERMS}")
         if op.name in names:
             out.error(op.loc, f"op '{op.name}' is already declared on line {names[op.name]}")
         names[op.name] = op.loc.line

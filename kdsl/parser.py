@@ -23,7 +23,7 @@ MAX_NESTING = 64
 MAX_DEPTH = 200  # levels of the parse tree; the stages after parsing recurse per level
 # The library's largest spec is 2.4 KB; a limit far above that keeps every pass over a
 # spec (parsing, checking, sampling sizes) well under a second on the largest input.
-MAX_SPEC_BYTES = 64 * 1024
+MAX_SPEC_BYTES = 32 * 1024
 INT_LIMIT = 1 << 63  # integers in a spec are 64-bit (sizes, indices, i64 values)
 
 _TOKEN_NAMES = {

@@ -332,7 +332,7 @@ LIMIT_CASES = [
      "test range of N ends at 25,000,000; test sizes are at most 4,194,304"),
     ("domain past 64 bits", edit(B, "in 0..V", "in 0..@V * 9223372036854775807"),
      "domain of 'idx' reaches"),
-    ("baseline too deep for Python", edit(S, "torch.softmax(x, dim=-1)", "@" + "+".join(["x"] * 20_000)),
+    ("baseline too deep for Python", edit(S, "torch.softmax(x, dim=-1)", "@" + "+".join(["x"] * 15_000)),
      "baseline nested too deeply for Python to parse"),
     ("baseline power tower", edit(S, "torch.softmax(x, dim=-1)", "torch.softmax(x, dim=@2 ** 64 ** 64)"),
      "baseline arithmetic too large: 2 ** 64 ** 64"),
@@ -352,6 +352,11 @@ LIMIT_CASES = [
     ("too many test conditions", edit(S, "N in 1..5000", "N in 1..5000 where "
                                       + "M >= 1, " * 16 + "@M <= N"),
      "more than 16 test conditions"),
+    ("too many size terms in a spec", "".join(
+        S.replace("op softmax", f"op s{k}").replace("N in 1..5000", "N in 1..5000 where " + ", ".join([f"{_SUM40} >= 0"] * 6))
+        for k in range(4)) + S.replace("op softmax", "op @s4").replace(
+        "N in 1..5000", "N in 1..5000 where " + ", ".join([f"{_SUM40} >= 0"] * 6)),
+     "the shapes and test conditions of the ops up to 's4' hold 2450 terms; a spec holds at most 2000"),
     ("too many size terms", at_op(edit(S, "N in 1..5000", "N in 1..5000 where "
                                        + ", ".join([f"{_SUM40} >= 0"] * 14))),
      "the shapes and test conditions of 'softmax' hold 1138 terms; at most 1000"),
