@@ -74,9 +74,9 @@ HONEST_C = r"""
 """
 
 
-@pytest.mark.parametrize("source", [HONEST_NUMPY, HONEST_TRITON])
-def test_honest_python_passes_every_guard(source):
-    assert found(source) == []
+@pytest.mark.parametrize("source, backend", [(HONEST_NUMPY, "numpy"), (HONEST_TRITON, "triton")])
+def test_honest_python_passes_every_guard(source, backend):
+    assert found(source, backend=backend) == []
 
 
 def test_honest_c_passes_every_guard():
@@ -84,8 +84,9 @@ def test_honest_c_passes_every_guard():
 
 
 def test_registry_names_each_guard_with_a_doc():
-    assert set(guards.GUARDS) == {"no_torch_compute", "no_side_streams", "no_threads",
-                                  "no_state", "no_oracle", "no_dynamic_code"}
+    assert set(guards.GUARDS) == {"allowed_imports", "allowed_names", "module_level",
+                                  "no_torch_compute", "no_side_streams", "no_threads",
+                                  "no_state", "no_dynamic_code"}
     assert all(g.doc for g in guards.GUARDS.values())
 
 
@@ -210,14 +211,14 @@ def test_c_side_streams_are_caught():
 
 # ---- no_threads ----
 
-@pytest.mark.parametrize("source", [
-    "import threading\n",
-    "from concurrent.futures import ThreadPoolExecutor\n",
-    "import os\ndef kernel(inputs, outputs, sizes):\n    os.fork()\n",
-    "import subprocess\n",
+@pytest.mark.parametrize("source, guard", [
+    ("import threading\n", "allowed_imports"),
+    ("from concurrent.futures import ThreadPoolExecutor\n", "allowed_imports"),
+    ("import os\ndef kernel(inputs, outputs, sizes):\n    os.fork()\n", "allowed_names"),
+    ("import subprocess\n", "allowed_imports"),
 ])
-def test_threads_and_processes_are_caught(source):
-    assert guard_hits("no_threads", source)
+def test_threads_and_processes_are_caught(source, guard):
+    assert any(h.startswith(guard) for h in found(source)), found(source)
 
 
 def test_c_threads_are_caught_but_openmp_is_fine():
@@ -235,11 +236,10 @@ def test_c_threads_are_caught_but_openmp_is_fine():
     ("calls = 0\ndef kernel(inputs, outputs, sizes):\n    global calls\n    calls += 1\n",
      "global calls"),
     ("def kernel(inputs, outputs, sizes, _c={}):\n    pass\n", "mutable default"),
-    ("import functools\n@functools.lru_cache(None)\ndef kernel(inputs, outputs, sizes):\n"
-     "    pass\n", "functools.lru_cache"),
-    ("from functools import cache\n@cache\ndef f(M):\n    return M\n", "functools.cache"),
     ("def kernel(inputs, outputs, sizes):\n    kernel.last = outputs['y']\n",
      "module-level 'kernel'"),
+    ("def kernel(inputs, outputs, sizes):\n    inputs['x'].seen = outputs['y']\n",
+     "assigns attribute inputs['x'].seen"),
     ("def kernel(inputs, outputs, sizes):\n    setattr(kernel, 'n', 1)\n", "setattr"),
     ("import numpy as np\n_buf = np.empty(10)\ndef kernel(inputs, outputs, sizes):\n"
      "    np.exp(inputs['x'].numpy(), out=_buf)\n", "through out="),
@@ -265,50 +265,308 @@ def test_module_constants_and_locals_are_not_state():
 
 
 def test_c_mutable_globals_and_statics_are_caught():
-    code = ("static float cache[1024];\nint calls = 0;\n"
-            "void k(float *y) {\n  static int seen = 0;\n  y[0] = 1;\n}\n")
+    code = ("static float cache[1024];\nint calls = 1;\n"
+            "void k(float *y) {\n  static int seen = 0;\n"
+            "  y[0] = cache[0] + seen++ + calls;\n  cache[1] = y[1];\n}\n")
     hits = guard_hits("no_state", code, "c")
-    assert len(hits) == 3 and all("state kept between calls" in h for h in hits), hits
+    assert len(hits) == 5 and all("state kept between calls" in h for h in hits), hits
+    assert any("writable data in .bss" in h and "cache" in h for h in hits), hits
+    assert any("writable data in .data" in h and "calls" in h for h in hits), hits
 
 
-# ---- no_oracle and no_dynamic_code ----
+# ---- the evaluator's own modules, dynamic code ----
 
-@pytest.mark.parametrize("source", [
-    "from kdsl.reference import reference\n",
-    "import kdsl.baseline\n",
-    "from kdsl import compare\n",
+@pytest.mark.parametrize("source, guard", [
+    ("from kdsl.reference import reference\n", "allowed_imports"),
+    ("import kdsl.baseline\n", "allowed_imports"),
+    ("from kdsl import compare\n", "allowed_imports"),
+    ("def kernel(inputs, outputs, sizes):\n    exec('import torch')\n", "allowed_names"),
+    ("def kernel(inputs, outputs, sizes):\n    __import__('torch')\n", "allowed_names"),
+    ("import importlib\n", "allowed_imports"),
+    ("import gc\n", "allowed_imports"),
+    ("import sys\nf = sys._getframe(1)\n", "allowed_imports"),
 ])
-def test_the_evaluators_own_answers_are_off_limits(source):
-    assert guard_hits("no_oracle", source)
-
-
-@pytest.mark.parametrize("source", [
-    "def kernel(inputs, outputs, sizes):\n    exec('import torch')\n",
-    "def kernel(inputs, outputs, sizes):\n    __import__('torch')\n",
-    "import importlib\n",
-    "import gc\n",
-    "import sys\nf = sys._getframe(1)\n",
-])
-def test_dynamic_code_is_caught(source):
-    assert guard_hits("no_dynamic_code", source)
+def test_the_evaluators_modules_and_dynamic_code_are_off_limits(source, guard):
+    assert any(h.startswith(guard) for h in found(source)), found(source)
 
 
 def test_c_dlopen_is_caught():
     assert guard_hits("no_dynamic_code", 'void k(void) { dlopen("libtorch.so", 1); }\n', "c")
 
 
-# ---- the real backends' own output ----
+# ---- allow-lists: the attacks that beat the deny-lists -----------------------
+# Each is rejected by its named guard with a clear message; a correct kernel beside it passes.
 
-@pytest.mark.parametrize("backend", ["numpy", "c", "triton", "torch"])
-def test_real_backends_render_guard_clean_kernels(backend):
-    from kdsl import backends, spec
-    try:
-        b = backends.get(backend)
-    except Exception as e:  # a backend still being written
-        pytest.skip(f"backend {backend} unavailable: {e}")
-    for name in ("softmax", "swiglu", "matmul", "embedding_bag_sum"):
-        op = spec.load(f"specs/{name}.kspec").ops[0]
-        if b.supports(op, "cpu"):
-            continue
-        source = b.render(op, b.space(op, "cpu").default(), "cpu")
-        assert guards.check(source, b.language, b.name) == [], (name, backend)
+PY_ATTACKS = {
+    "__builtins__ reaches __import__": ("""
+        __builtins__["__import__"]("kdsl.search.eval.correctness").judge = None
+        def kernel(inputs, outputs, sizes):
+            pass
+    """, "allowed_names", "line 2: dunder name __builtins__"),
+    "os.sys.modules patches the evaluator": ("""
+        import os
+        def kernel(inputs, outputs, sizes):
+            os.sys.modules["kdsl.search.eval.timing"].SUSPECT_FRACTION = 0
+    """, "allowed_names", "line 4: uses os.sys.modules, which is not on the triton allow-list"),
+    "os.sys._getframe reads the caller": ("""
+        import os
+        def kernel(inputs, outputs, sizes):
+            ref = os.sys._getframe(2).f_locals["ref"]
+    """, "allowed_names", "line 4: private attribute ._getframe"),
+    "a traceback's frame reads the caller": ("""
+        def kernel(inputs, outputs, sizes):
+            try:
+                1 / 0
+            except ZeroDivisionError as e:
+                ref = e.__traceback__.tb_frame.f_back.f_locals["ref"]
+    """, "allowed_names", "line 6: dunder attribute .__traceback__"),
+    "tb_frame without a dunder": ("""
+        def kernel(inputs, outputs, sizes, tb=None):
+            frame = tb.tb_frame
+    """, "allowed_names", "line 3: introspection attribute .tb_frame"),
+    "a module-level loop the state guard never read": ("""
+        import math
+        TABLE = [0.0] * 8
+        for i in range(8):
+            TABLE[i] = math.exp(i)
+        def kernel(inputs, outputs, sizes):
+            pass
+    """, "module_level", "line 4: module-level For statement"),
+    "a module-level call runs at import": ("""
+        import torch
+        SCRATCH = torch.empty(1 << 20)
+        def kernel(inputs, outputs, sizes):
+            pass
+    """, "module_level", "line 3: module-level value computes at import: torch.empty(1 << 20)"),
+    "eval of a string": ("""
+        def kernel(inputs, outputs, sizes):
+            eval("__import__('os')")
+    """, "allowed_names", "line 3: uses builtin eval, which is not on the allow-list"),
+    "getattr with a computed name": ("""
+        def kernel(inputs, outputs, sizes):
+            f = getattr(outputs, "co" + "py_")
+    """, "allowed_names", "line 3: getattr() with a computed name"),
+    "getattr of a dunder by literal": ("""
+        def kernel(inputs, outputs, sizes):
+            g = getattr(kernel, "__globals__")
+    """, "allowed_names", "line 3: getattr(..., '__globals__'): dunder attribute"),
+    "a builtin shadowed only inside a comprehension": ("""
+        def kernel(inputs, outputs, sizes):
+            unused = [0 for open in ()]
+            open("/tmp/answer")
+    """, "allowed_names", "line 4: uses builtin open"),
+    "a module passed around as a value": ("""
+        import torch
+        def pick(m):
+            return m.softmax
+        def kernel(inputs, outputs, sizes):
+            outputs["y"].copy_(pick(torch)(inputs["x"], -1))
+    """, "allowed_names", "line 6: uses the module torch as a value"),
+    "a library's own imports": ("""
+        import triton.language as tl
+        def kernel(inputs, outputs, sizes):
+            tl.core.builtins.exec("import os")
+    """, "allowed_names", "line 4: uses triton.language.core.builtins.exec, which is not on"),
+    "a class with dunder methods": ("""
+        class Sneaky:
+            pass
+        def kernel(inputs, outputs, sizes):
+            pass
+    """, "allowed_names", "line 2: defines class Sneaky"),
+    "a decorator off the list": ("""
+        import torch
+        @torch.no_grad()
+        def kernel(inputs, outputs, sizes):
+            pass
+    """, "module_level", "line 3: decorator torch.no_grad on kernel"),
+    "an attribute set on an input": ("""
+        def kernel(inputs, outputs, sizes):
+            inputs["x"].answer = outputs["y"]
+    """, "no_state", "line 3: assigns attribute inputs['x'].answer"),
+    "global state": ("""
+        calls = 0
+        def kernel(inputs, outputs, sizes):
+            global calls
+            calls += 1
+    """, "no_state", "line 4: declares global calls"),
+    "an import off the list": ("""
+        import ctypes
+        def kernel(inputs, outputs, sizes):
+            pass
+    """, "allowed_imports", "line 2: imports ctypes, which is not on the triton allow-list"),
+    "writing the environment": ("""
+        import os
+        def kernel(inputs, outputs, sizes):
+            os.environ["KEEP"] = "1"
+    """, "allowed_names", "line 4: uses os.environ, which is not on the triton allow-list"),
+}
+
+
+@pytest.mark.parametrize("name", list(PY_ATTACKS))
+def test_python_attacks_are_rejected_by_the_allow_lists(name):
+    source, guard, message = PY_ATTACKS[name]
+    hits = found(source)
+    assert any(h.startswith(f"{guard}: {message}") for h in hits), hits
+
+
+@pytest.mark.parametrize("backend, source", [
+    ("torch", "import torch\ndef kernel(inputs, outputs, sizes):\n    torch.set_num_threads(1)\n"),
+    ("torch", "import torch.nn.functional as F\ndef kernel(inputs, outputs, sizes):\n"
+              "    F.importlib.import_module('os')\n"),
+    ("torch", "import torch\ndef kernel(inputs, outputs, sizes):\n    torch.load('answer.pt')\n"),
+    ("numpy", "import numpy as np\ndef kernel(inputs, outputs, sizes):\n    np.load('a.npy')\n"),
+    ("numpy", "import numpy as np\ndef kernel(inputs, outputs, sizes):\n"
+              "    np.ctypeslib.as_array(0)\n"),
+    ("numpy", "from kdsl.backends.array import numpy_runtime as rt\n"
+              "def kernel(inputs, outputs, sizes):\n    rt.torch.softmax(inputs['x'], -1)\n"),
+])
+def test_each_backends_vocabulary_is_its_own(backend, source):
+    hits = found(source, backend=backend)
+    assert any(h.startswith("allowed_names: line 3: uses ") for h in hits), hits
+
+
+def test_what_the_generators_write_is_allowed():
+    source = """
+        \"\"\"docstring\"\"\"
+        import os
+        import math
+        import torch
+        import triton
+        import triton.language as tl
+        from triton.language.extra import libdevice
+
+        _INTERP = tl.constexpr(os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true"))
+        _PTX = tl.constexpr(bool(_INTERP) and torch.version.hip is None)
+        LIMIT = 2 ** 31
+        DIMS = ("M", "N")
+        GENOME = {"BLOCK": 128, "num_warps": 4}
+
+        @triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=4)], key=["N"])
+        @triton.heuristics({"EVEN": lambda args: args["N"] % 64 == 0})
+        @triton.jit
+        def _k(x_ptr, N, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < N)
+            tl.store(x_ptr + offs, libdevice.tanh(x) * math.pi, mask=offs < N)
+
+        def _smem(device, default=LIMIT):
+            props = torch.cuda.get_device_properties(device)
+            return int(getattr(props, "shared_memory_per_block_optin", 0) or default)
+
+        def kernel(inputs, outputs, sizes):
+            y = outputs["y"]
+            n = y.numel()
+            grid = (triton.cdiv(n, GENOME["BLOCK"]),)
+            _k[grid](y, n)
+    """
+    assert found(source) == []
+
+
+HONEST_C_OMP = r"""
+    #include <math.h>
+    #include <omp.h>
+    #include <stdint.h>
+    #include <stdlib.h>
+    #include <string.h>
+    void kdsl_f32(void **in, void **out, const int64_t *sizes) {
+      const float *x = in[0]; float *y = out[0]; int64_t m = sizes[0], n = sizes[1];
+      float *scratch = malloc(sizeof(float) * (size_t)omp_get_max_threads() * 16);
+      #pragma omp parallel
+      {
+        int t = omp_get_thread_num();
+        memset(scratch + 16 * t, 0, 16 * sizeof(float));
+        #pragma omp for schedule(dynamic, 4)
+        for (int64_t i = 0; i < m; i++) {
+          float acc = 0.0f;
+          #pragma omp simd reduction(+:acc)
+          for (int64_t j = 0; j < n; j++) acc += expf(x[i * n + j]);
+          for (int64_t j = 0; j < n; j++) y[i * n + j] = expf(x[i * n + j]) / acc;
+        }
+      }
+      free(scratch);
+    }
+"""
+
+C_ATTACKS = {
+    "the Python C API, token-pasted": (r"""
+        #define CAT(a, b) a##b
+        int CAT(PyRun_, SimpleString)(const char *);
+        void kdsl_f32(float *x) { CAT(PyRun_, SimpleString)("import torch"); }
+    """, [("allowed_names", "references PyRun_SimpleString: the Python C API"),
+          ("no_torch_compute", "line 4: calls back into Python: PyRun_SimpleString")]),
+    "static state behind a macro": (r"""
+        #define KEEP static
+        KEEP float cache[1024];
+        void kdsl_f32(float *x, float *y) { y[0] = cache[0]; cache[0] = x[0]; }
+    """, [("no_state", "writable data in .bss (4096 bytes: cache)"),
+          ("no_state", "line 3: file-scope variable 'static float cache[1024]'")]),
+    "omp_set_num_threads slows the baseline": (r"""
+        #include <omp.h>
+        #define ONE(f) omp_set_##f(1)
+        void kdsl_f32(float *x) { ONE(num_threads); x[0] = 0; }
+    """, [("allowed_names", "references omp_set_num_threads: changes the OpenMP runtime")]),
+    "a pointer kept in the environment": (r"""
+        #include <stdlib.h>
+        #include <stdint.h>
+        void kdsl_f32(float *x) {
+          char *p = getenv("K");
+          if (!p) setenv("K", "1", 1);
+          x[0] = (float)(uintptr_t)p;
+        }
+    """, [("allowed_names", "references getenv: the process environment"),
+          ("allowed_names", "references setenv: the process environment")]),
+    "dlopen behind a macro": (r"""
+        void *dlopen(const char *, int);
+        #define OPEN(x) dl##open(x, 2)
+        void kdsl_f32(float *x) { OPEN("libtorch_cpu.so"); }
+    """, [("allowed_names", "references dlopen: loads code at run time"),
+          ("no_dynamic_code", "line 4: loads code at run time: dlopen")]),
+    "a thread left running": (r"""
+        typedef unsigned long pthread_t;
+        int pthread_create(pthread_t *, const void *, void *(*)(void *), void *);
+        static void *work(void *a) { return a; }
+        void kdsl_f32(float *x) { pthread_t t; pthread_create(&t, 0, work, x); }
+    """, [("allowed_names", "references pthread_create: starts a thread or process")]),
+    "a constructor run at load": (r"""
+        extern int ready;
+        __attribute__((constructor)) static void early(void) { ready = 1; }
+        void kdsl_f32(float *x) { x[0] = 1; }
+    """, [("module_level", "code run at load (.init_array)")]),
+    "a system call in inline assembly": (r"""
+        void kdsl_f32(float *x) {
+          long r; __asm__ volatile ("syscall" : "=a"(r) : "a"(39)); x[0] = r; }
+    """, [("no_dynamic_code", "line 3: inline assembly (__asm__)")]),
+    "thread-local state": (r"""
+        __thread float last;
+        void kdsl_f32(float *x) { x[0] = last; last = x[1]; }
+    """, [("no_state", "writable data in .tbss (4 bytes: last)")]),
+    "the environment read directly": (r"""
+        extern char **environ;
+        void kdsl_f32(float *x) { x[0] = environ[0][0]; }
+    """, [("allowed_names", "references environ: the process environment")]),
+    "a header off the list": (r"""
+        #include <stdio.h>
+        void kdsl_f32(float *x) { printf("%f", x[0]); }
+    """, [("allowed_imports", "includes /usr/include/stdio.h"),
+          ("allowed_names", "references printf: not on the allow-list")]),
+    "reading the caller's frame": (r"""
+        void kdsl_f32(float *x) { void *f = __builtin_frame_address(1); x[0] = *(float *)f; }
+    """, [("no_dynamic_code", "line 2: reaches into the call stack: __builtin_frame_address")]),
+}
+
+
+def test_an_honest_openmp_kernel_passes_every_guard():
+    assert found(HONEST_C_OMP, backend="c", language="c") == []
+
+
+@pytest.mark.parametrize("name", list(C_ATTACKS))
+def test_c_attacks_are_rejected_after_preprocessing_and_by_their_symbols(name):
+    source, expected = C_ATTACKS[name]
+    hits = found(source, backend="c", language="c")
+    for guard, message in expected:
+        assert any(h.startswith(f"{guard}: {message}") for h in hits), (guard, message, hits)
+
+
+def test_c_that_does_not_compile_cannot_vouch_for_its_symbols():
+    hits = found("void kdsl_f32(float *x) { x[0] = ; }\n", backend="c", language="c")
+    assert any(h.startswith("allowed_names: does not compile to an object") for h in hits), hits

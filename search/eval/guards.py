@@ -1,11 +1,15 @@
 """Static integrity guards: named checks a candidate's source must pass before it runs.
 
 Each guard is one small function from a ``Source`` to a list of ``(line, message)``
-findings, registered in ``GUARDS`` under its name. A guard reads Python source
-through ``ast`` and C source as text (comments and literals stripped); it never
-imports or runs the candidate. ``check`` runs every guard that applies to a
-backend: the torch backend is exempt from ``no_torch_compute`` (it IS torch),
-never from the others.
+findings, registered in ``GUARDS`` under its name; it never imports or runs the
+candidate. The rules are allow-lists (``allowlists``, ``python_rules``,
+``c_object``): a Python candidate may import and name only what its backend's
+profile lists, with no dunder or introspection access and nothing but imports,
+definitions and constants at module level; a C candidate is read after the
+preprocessor, and its compiled object may reference only allowed symbols and
+hold no writable data. ``check`` runs every guard that applies to a backend:
+the torch backend is exempt from ``no_torch_compute`` (it IS torch), never from
+the others.
 
 Python guards see which names hold torch tensors (``python_source``):
 arithmetic or compute methods on those are torch doing the work, while numpy
@@ -19,7 +23,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
 
+from . import allowlists as allow
+from . import c_object as cobj
 from . import c_source as csrc
+from . import python_rules as rules
 from . import python_source as pysrc
 from .python_source import PyModule, under
 
@@ -41,6 +48,7 @@ class Violation:
 class Source:
     text: str
     language: str  # 'python' | 'c'
+    backend: str = ""
 
     @cached_property
     def module(self) -> "PyModule | None":
@@ -49,8 +57,18 @@ class Source:
         return PyModule(ast.parse(self.text))
 
     @cached_property
+    def profile(self) -> allow.Profile:
+        return allow.profile(self.backend)
+
+    @cached_property
+    def c_object(self) -> "cobj.Analysis":
+        """The compiler's view: the preprocessed text and the compiled object."""
+        return cobj.analyse(self.text)
+
+    @cached_property
     def c_code(self) -> str:
-        return csrc.strip_c(self.text)
+        """The candidate's own lines after the preprocessor, comments and literals blanked."""
+        return csrc.strip_c(cobj.preprocessed_text(self.c_object, self.text))
 
 
 @dataclass(frozen=True)
@@ -77,32 +95,45 @@ def applicable(backend: str) -> list[Guard]:
 
 def check(source: str, language: str, backend: str) -> list[Violation]:
     """Every violation of every guard that applies to ``backend``."""
-    src = Source(source, language)
+    src = Source(source, language, backend)
     if language == "python":
         try:
             src.module  # noqa: B018 - parse once, up front
         except SyntaxError as e:
             return [Violation("parse", e.lineno or 0, f"source does not parse: {e.msg}")]
+    elif language == "c" and src.c_object.preprocess_error:
+        return [Violation("parse", 0, f"the preprocessor failed: "
+                                      f"{src.c_object.preprocess_error}")]
     out = []
     for g in applicable(backend):
         out += [Violation(g.name, line, msg) for line, msg in g.check(src)]
     return out
 
 
-def _imported(mod: PyModule) -> list[tuple[int, str]]:
-    """(line, dotted name) of everything imported: modules, and names from modules."""
-    out = []
-    for node in ast.walk(mod.tree):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            out += [(node.lineno, node.module)]
-            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names if a.name != "*"]
-    return out
+# ---- the allow-lists ---------------------------------------------------------
+
+@guard("allowed_imports")
+def allowed_imports(src: Source) -> list[Finding]:
+    """Imports only from the backend's allow-list (C: only the allowed headers)."""
+    if src.language == "c":
+        return cobj.header_findings(src.c_object)
+    return sorted(set(rules.imports(src.module, src.profile)))
 
 
-def _imports(mod: PyModule, roots) -> list[Finding]:
-    return [(line, f"imports {path}") for line, path in _imported(mod) if under(path, roots)]
+@guard("allowed_names")
+def allowed_names(src: Source) -> list[Finding]:
+    """Names, builtins and (C) linked symbols only from the allow-lists; no dunder access."""
+    if src.language == "c":
+        return cobj.symbol_findings(src.c_object)
+    return sorted(set(rules.names(src.module, src.profile)))
+
+
+@guard("module_level")
+def module_level(src: Source) -> list[Finding]:
+    """Nothing runs at load: module level holds imports, definitions and constants only."""
+    if src.language == "c":
+        return cobj.load_time_findings(src.c_object)
+    return sorted(set(rules.module_level(src.module, src.profile)))
 
 
 # ---- guard: no torch compute -----------------------------------------------
@@ -116,31 +147,16 @@ PLUMBING_METHODS = {
     "new_full", "new_ones", "get", "items", "values", "keys", "numpy", "tolist", "item",
     "data_ptr", "stride", "size", "numel", "dim", "element_size", "is_contiguous",
     "storage_offset", "untyped_storage", "nelement", "get_device", "is_floating_point",
-    "__len__", "__dlpack__", "pin_memory",
+    "pin_memory",
 }
-
-TORCH_ALLOWED = {
-    "torch", "torch.empty", "torch.empty_like", "torch.empty_strided", "torch.zeros",
-    "torch.zeros_like", "torch.ones", "torch.ones_like", "torch.full", "torch.full_like",
-    "torch.arange", "torch.tensor", "torch.as_tensor", "torch.from_numpy", "torch.device",
-    "torch.dtype", "torch.Size", "torch.Tensor", "torch.finfo", "torch.iinfo", "torch.is_tensor",
-    "torch.is_floating_point", "torch.get_default_dtype", "torch.no_grad", "torch.inference_mode",
-    "torch.numel", "torch.cuda", "torch.version", "torch.backends", "torch.utils.dlpack",
-    "torch.from_dlpack", "torch.float32", "torch.float", "torch.float16", "torch.half",
-    "torch.bfloat16", "torch.float64", "torch.double", "torch.int8", "torch.uint8", "torch.int16",
-    "torch.short", "torch.int32", "torch.int", "torch.int64", "torch.long", "torch.bool",
-    "torch.float8_e4m3fn", "torch.float8_e5m2", "torch.uint16", "torch.uint32", "torch.uint64",
-}
-TORCH_ALLOWED_UNDER = ("torch.cuda", "torch.version", "torch.backends", "torch.utils.dlpack")
-TORCH_BANNED_UNDER = ("torch.cuda.jiterator", "torch.cuda.comm", "torch.cuda.nccl")
-# kdsl's own torch compositions: the baseline's building blocks, torch by another name
-KDSL_TORCH = ("kdsl.torch_ops", "kdsl.backends.array.torch_runtime", "kdsl.backends.array.torch_backend")
 
 
 def torch_path_allowed(path: str) -> bool:
-    if under(path, TORCH_BANNED_UNDER):
-        return False
-    return path in TORCH_ALLOWED or under(path, TORCH_ALLOWED_UNDER)
+    """torch names a non-torch kernel may use: allocation, dtypes, device queries (streams
+    are judged by ``no_side_streams``)."""
+    if path == "torch" or under(path, STREAM_PATHS):
+        return True
+    return under(path, ("torch",)) and allow.PROFILES["numpy"].allowed(path)
 
 
 @guard("no_torch_compute", exempt=("torch",))
@@ -151,12 +167,13 @@ def no_torch_compute(src: Source) -> list[Finding]:
     mod = src.module
     out = [(line, f"star import from {m}") for line, m in mod.star_imports
            if m.split(".")[0] == "torch"]
-    for line, path in _imported(mod):
+    for line, path in pysrc.imported(mod):
         if "." in path and ((under(path, ("torch",)) and not torch_path_allowed(path)) or
-                            under(path, KDSL_TORCH)):
+                            under(path, allow.KDSL_TORCH)):
             out.append((line, f"imports {path}"))
     for node, path in mod.references():
-        if (under(path, ("torch",)) and not torch_path_allowed(path)) or under(path, KDSL_TORCH):
+        if (under(path, ("torch",)) and not torch_path_allowed(path)) or \
+                under(path, allow.KDSL_TORCH):
             out.append((node.lineno, f"uses {path}"))
     for f, node in pysrc.enclosing_functions(mod):
         out += _tensor_compute(mod, f, node)
@@ -225,33 +242,38 @@ def _is_current_stream(mod: PyModule, node) -> bool:
     return False
 
 
-# ---- guard: no threads -----------------------------------------------------
-
-THREAD_MODULES = ("threading", "_thread", "concurrent", "multiprocessing", "asyncio",
-                  "subprocess", "signal")
-THREAD_CALLS = THREAD_MODULES + ("os.fork", "os.forkpty", "os.spawnv", "os.spawnl", "os.system",
-                                 "os.popen", "os.posix_spawn", "os.execv", "os.execl")
-
+# ---- C only: threads, dynamic code ------------------------------------------
+# (a Python candidate cannot import threading, importlib or ctypes: the allow-list)
 
 @guard("no_threads")
 def no_threads(src: Source) -> list[Finding]:
     """The work must be finished when the kernel returns: no threads or processes left running."""
-    if src.language == "c":
-        return csrc.matches(src.c_code, r"\b(pthread_create|thrd_create|fork|vfork|std::thread|"
-                            r"std::async|popen|system|clone)\s*\(",
-                            "starts a thread or process: {}")
-    mod = src.module
-    out = [(node.lineno, f"uses {path}") for node, path in mod.references()
-           if under(path, THREAD_CALLS)]
-    return sorted(set(out + _imports(mod, THREAD_MODULES)))
+    if src.language != "c":
+        return []
+    return csrc.matches(src.c_code, r"\b(pthread_create|thrd_create|fork|vfork|std::thread|"
+                        r"std::async|popen|system|clone)\s*\(", "starts a thread or process: {}")
+
+
+@guard("no_dynamic_code")
+def no_dynamic_code(src: Source) -> list[Finding]:
+    """No code loaded at run time, no inline assembly, no reaching into the call stack."""
+    if src.language != "c":
+        return []
+    code = src.c_code
+    out = csrc.matches(code, r"\b(dlopen|dlsym|dlmopen|dlvsym)\s*\(", "loads code at run time: {}")
+    out += csrc.matches(code, r"\b(asm|__asm__|__asm)\b",
+                        "inline assembly ({}): a system call needs no symbol")
+    out += csrc.matches(code, r"\b(__builtin_(?:frame_address|return_address|"
+                        r"extract_return_addr|apply\w*|return|longjmp|setjmp|eh_return\w*|"
+                        r"dwarf_cfa|unwind_init))\b", "reaches into the call stack: {}")
+    return sorted(set(out))
 
 
 # ---- guard: no state between calls -----------------------------------------
 
 MUTATING_METHODS = {"append", "extend", "insert", "pop", "popitem", "remove", "clear", "update",
-                    "setdefault", "add", "discard", "__setitem__", "copy_", "fill_", "zero_",
+                    "setdefault", "add", "discard", "copy_", "fill_", "zero_",
                     "put_", "index_put_", "appendleft", "put"}
-CACHES = ("functools.cache", "functools.lru_cache", "functools.cached_property")
 MUTABLE_CALLS = ("list", "dict", "set", "bytearray")
 
 
@@ -259,31 +281,33 @@ MUTABLE_CALLS = ("list", "dict", "set", "bytearray")
 def no_state(src: Source) -> list[Finding]:
     """The kernel may not keep state between calls (an answer cached by shape or pointer)."""
     if src.language == "c":
-        return csrc.mutable_state(src.c_code)
+        return sorted(set(csrc.mutable_state(src.c_code))) + cobj.state_findings(src.c_object)
     mod = src.module
     out = []
-    for node, path in mod.references():
-        if under(path, CACHES):
-            out.append((node.lineno, f"uses {path} (a cache kept between calls)"))
     for node in ast.walk(mod.tree):
         if isinstance(node, ast.Global):
             out.append((node.lineno, f"declares global {', '.join(node.names)}"))
         elif isinstance(node, ast.Nonlocal):
             out.append((node.lineno, f"declares nonlocal {', '.join(node.names)}"))
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.append((node.lineno, f"assigns attribute {rules._show(node)} (an attribute "
+                                     f"outlives the call; write into tensors only)"))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             for d in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
                 if isinstance(d, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp)) or \
                         (isinstance(d, ast.Call) and isinstance(d.func, ast.Name)
                          and d.func.id in MUTABLE_CALLS):
                     out.append((node.lineno, "a mutable default argument (state between calls)"))
+    local: dict[int, set[str]] = {}
     for f, node in pysrc.enclosing_functions(mod):
-        out += _mutates_module_state(mod, f, node)
+        if id(f) not in local:
+            local[id(f)] = pysrc.locals_of(f)
+        out += _mutates_module_state(mod, local[id(f)], node)
     return sorted(set(out))
 
 
-def _mutates_module_state(mod: PyModule, f, node) -> list[Finding]:
+def _mutates_module_state(mod: PyModule, local: set[str], node) -> list[Finding]:
     """Inside a function: stores into, or mutating calls on, something bound at module level."""
-    local = pysrc.locals_of(f)
 
     def module_level(expr) -> str | None:
         root = pysrc.root_name(expr)
@@ -314,48 +338,3 @@ def _mutates_module_state(mod: PyModule, f, node) -> list[Finding]:
                 return [(node.lineno, f"writes into module-level '{module_level(kw.value)}' "
                                       f"through out=")]
     return []
-
-
-# ---- guard: no oracle ------------------------------------------------------
-
-ORACLE = ("kdsl.reference", "kdsl.baseline", "kdsl.agreement", "kdsl.cases", "kdsl.compare",
-          "kdsl.search")
-
-
-@guard("no_oracle")
-def no_oracle(src: Source) -> list[Finding]:
-    """The candidate may not call the evaluator's own answers: the reference, baseline, cases."""
-    if src.language == "c":
-        return []
-    mod = src.module
-    out = [(node.lineno, f"uses {path}") for node, path in mod.references() if under(path, ORACLE)]
-    return sorted(set(out + _imports(mod, ORACLE)))
-
-
-# ---- guard: no dynamic code ------------------------------------------------
-
-DYNAMIC_BUILTINS = {"eval", "exec", "compile", "__import__", "globals", "vars", "locals",
-                    "breakpoint"}
-DYNAMIC_PATHS = ("importlib", "gc", "inspect", "sys._getframe", "sys.modules", "builtins",
-                 "sys.settrace", "sys.setprofile", "torch.utils.cpp_extension", "ctypes.pythonapi",
-                 "runpy", "code", "pickle", "marshal")
-
-
-@guard("no_dynamic_code")
-def no_dynamic_code(src: Source) -> list[Finding]:
-    """No code built at run time or fetched by introspection, which would hide the other checks."""
-    if src.language == "c":
-        return csrc.matches(src.c_code, r"\b(dlopen|dlsym|dlmopen)\s*\(",
-                            "loads code at run time: {}")
-    mod = src.module
-    out = []
-    for node in ast.walk(mod.tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id in DYNAMIC_BUILTINS and node.func.id not in mod.aliases:
-            out.append((node.lineno, f"calls {node.func.id}()"))
-    for node, path in mod.references():
-        if under(path, DYNAMIC_PATHS):
-            out.append((node.lineno, f"uses {path}"))
-    return sorted(set(out + _imports(mod, DYNAMIC_PATHS)))
-
-

@@ -71,9 +71,23 @@ class PyModule:
             return f"{base}.{node.attr}" if base else None
         return None
 
+    def _parameter_names(self) -> set[int]:
+        """ids of Name nodes that are a parameter of an enclosing function (not an import)."""
+        out = set()
+        for f in ast.walk(self.tree):
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = f.args
+                params = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+                params |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+                if params & set(self.aliases):
+                    body = f.body if isinstance(f.body, list) else [f.body]
+                    out |= {id(n) for b in body for n in ast.walk(b)
+                            if isinstance(n, ast.Name) and n.id in params}
+        return out
+
     def references(self) -> Iterator[tuple[ast.AST, str]]:
         """Every maximal dotted reference to an imported name, with its resolved path."""
-        inner = set()
+        shadowed, inner = self._parameter_names(), set()
         for node in ast.walk(self.tree):  # parents come before children in ast.walk
             if isinstance(node, (ast.Attribute, ast.Name)) and id(node) not in inner:
                 path = self.resolve(node)
@@ -83,7 +97,8 @@ class PyModule:
                 while isinstance(v, ast.Attribute):
                     v = v.value
                     inner.add(id(v))
-                yield node, path
+                if id(v) not in shadowed:
+                    yield node, path
 
     def is_jit(self, fn: ast.AST) -> bool:
         for d in getattr(fn, "decorator_list", ()):
@@ -266,3 +281,15 @@ def locals_of(f) -> set[str]:
 def under(path: str, roots) -> bool:
     """Whether dotted ``path`` is one of ``roots`` or inside one (``torch.nn`` is in ``torch``)."""
     return any(path == r or path.startswith(r + ".") for r in roots)
+
+
+def imported(mod: "PyModule") -> list[tuple[int, str]]:
+    """(line, dotted name) of everything imported: modules, and names from modules."""
+    out = []
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out += [(node.lineno, node.module)]
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names if a.name != "*"]
+    return out
