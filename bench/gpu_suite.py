@@ -55,8 +55,8 @@ class Kept:
 
 def footprint_bytes(op, point, dtype: str) -> int:
     """Every input and output at the bench point, whole (gathered tables included)."""
-    from kdsl.search.eval.floor import traffic_bytes
-    return traffic_bytes(op, point.size_dict(), dtype)
+    from kdsl.search.eval.floor import allocated_bytes
+    return allocated_bytes(op, point.size_dict(), dtype)
 
 
 def workers_for(op, point, dtype: str, wanted: int) -> int:

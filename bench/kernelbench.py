@@ -93,8 +93,8 @@ def contraction_flops(op, sizes: dict) -> int | None:
 def host_bytes(op, sizes: dict, dtype: str) -> int:
     """What one worker holds on the host for a problem: its inputs and outputs three
     times over (drawn, uploaded from, the oracle's) and a GiB besides."""
-    from kdsl.search.eval.floor import traffic_bytes
-    return 3 * traffic_bytes(op, sizes, dtype) + (1 << 30)
+    from kdsl.search.eval.floor import allocated_bytes
+    return 3 * allocated_bytes(op, sizes, dtype) + (1 << 30)
 
 
 def kernelbench_check(kb_dir: Path, level: int, number: int, op, device: str = "cuda") -> dict:

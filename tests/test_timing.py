@@ -68,7 +68,8 @@ def test_cpu_timer_takes_reps_after_warmup_and_runs_setup_outside():
     assert len(setups) == 7
 
 
-def test_measure_reports_the_medians_and_the_floor():
+def test_measure_reports_the_medians_and_the_floor(monkeypatch):
+    monkeypatch.setattr(floor, "cache_bytes", lambda: 0)  # the 64 KB point counts in full
     op = softmax_op()
     timer = FakeTimer([5.0, 1.0, 3.0, 2.0, 4.0], [9.0, 6.0, 7.0, 8.0, 6.5])
     t = timing.measure(op, softmax_kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
@@ -114,13 +115,30 @@ def test_a_kernel_far_slower_than_the_baseline_is_ranked_by_its_probe():
     assert timed_in_full(200.0, 10.0, dataclasses.replace(CONFIG, slow_cutoff=None))
 
 
-def test_faster_than_the_memory_floor_is_suspect():
+def test_faster_than_the_memory_floor_is_suspect_once_timed_again(monkeypatch):
+    monkeypatch.setattr(floor, "cache_bytes", lambda: 0)  # the 64 KB point counts in full
     op = softmax_op()
     timer = FakeTimer([0.001] * 5, [1.0] * 5)
     t = timing.measure(op, softmax_kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
     assert t.artifacts["suspect"] is True
     assert t.message.startswith("suspect: 0.001 ms is faster than the memory-traffic floor")
+    assert "timed again: 0.001 ms" in t.message and t.artifacts["recheck_timings_ms"]
     assert t.time_ms == 0.001  # kept for the record
+
+
+def test_a_time_below_the_floor_once_is_believed_when_the_second_timing_is_not(monkeypatch):
+    monkeypatch.setattr(floor, "cache_bytes", lambda: 0)
+    op = softmax_op()
+
+    class OnceFast(FakeTimer):
+        def __call__(self, fn, warmup, reps, setup=None):
+            out = super().__call__(fn, warmup, reps, setup)
+            return [0.001] * reps if self.calls.count((warmup, reps)) == 1 and \
+                (warmup, reps) == (CONFIG.warmup, CONFIG.reps) and len(self.calls) == 3 else out
+
+    t = timing.measure(op, softmax_kernel, CONFIG, timer=OnceFast([1.0] * 5, [1.0] * 5),
+                       bandwidth=1e9, baselines={})
+    assert t.message is None and t.time_ms == 1.0 and t.artifacts["suspect"] is False
 
 
 def test_a_failing_compile_falls_back_to_eager_and_says_so():
