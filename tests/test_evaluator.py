@@ -17,6 +17,7 @@ import torch
 
 import fake_backend
 from fake_backend import QUICK, SOFTMAX, load, softmax_op
+from kdsl import cases
 from kdsl.search.eval import correctness, evaluator, plan, timing
 from kdsl.search.candidate import Candidate
 from kdsl.search.executors import InlineExecutor
@@ -62,7 +63,7 @@ def test_a_correct_candidate_passes_every_stage_with_each_artifact(monkeypatch):
     assert a["build_log"] == "exec ok" and a["meta"] == {"lines": SOFTMAX.count("\n")}
     assert "no_torch_compute" in a["guards"]
     assert a["cases_checked"] >= 4 and 0 <= a["max_error"] < 1e-6
-    assert a["floor_ms"] > 0 and a["suspect"] is False
+    assert a["floor_ms"] >= 0 and a["suspect"] is False  # (0: a point inside the caches)
     assert set(a["stage_s"]) == set(STAGES)
     # the timing stage says where its seconds went
     assert set(a["timing_phases_s"]) == {"draw", "inputs", "first_run", "oracle", "check",
@@ -369,7 +370,9 @@ def test_the_plan_adds_edge_sizes_and_respects_the_element_limit():
     op = load("softmax")
     planned = plan.plan(op, dataclasses.replace(QUICK, max_case_elements=2000))
     sizes = [p.shape.sizes for p in planned]
-    assert all(plan.elements(op, s) <= 2000 for s in sizes)
+    # every case within the limit, but those at the upper ends of the declared ranges
+    assert all(plan.elements(op, p.shape.sizes) <= 2000 for p in planned
+               if p.shape.label not in cases.UPPER_LABELS)
     assert {"M": 1, "N": 1} in sizes
     assert any(p.shape.label == "edge-size" for p in planned)
     assert {p.shape.dtype for p in planned} == {"f32"}
