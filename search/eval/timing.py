@@ -355,6 +355,7 @@ def as_kernel(kernel, timer: Timer):
 # the allowance for launches and the request's round trip, contradicts that median
 OUTSIDE_RATIO = 2.0
 OUTSIDE_ALLOWANCE_MS = 0.1
+OUTSIDE_TRIES = 3
 
 
 def outside_view(kernel, sets, sizes, device, samples, hold) -> tuple[dict, str | None]:
@@ -365,18 +366,20 @@ def outside_view(kernel, sets, sizes, device, samples, hold) -> tuple[dict, str 
         return {}, None
     median = statistics.median(samples)
     n = max(1, min(len(samples), int(200.0 / max(median, 1e-3))))
+    # the best of a few batches: interference (another process, a busy host) only ever
+    # lengthens one, and one lengthened batch must not contradict an honest median
+    tries = OUTSIDE_TRIES if median * n * OUTSIDE_TRIES < 2000.0 else 1
     ins, outs = sets[0]
     with hold():
-        kernel.batch(ins, outs, sizes, 1)  # the round trip itself, once warm
-        trip = min(kernel.batch(ins, outs, sizes, 0) for _ in range(3))
-        wall = kernel.batch(ins, outs, sizes, n)
+        trip = min(kernel.batch(ins, outs, sizes, 0) for _ in range(3))  # the round trip
+        wall = min(kernel.batch(ins, outs, sizes, n) for _ in range(tries))
     per_call_ms = max(0.0, wall - trip) / n * 1e3
-    art = {"outside_ms": round(per_call_ms, 5), "outside_calls": n,
+    art = {"outside_ms": round(per_call_ms, 5), "outside_calls": n * tries,
            "outside_trip_ms": round(trip * 1e3, 4)}
     if per_call_ms > OUTSIDE_RATIO * median + OUTSIDE_ALLOWANCE_MS:
         return art, (f"suspect: the candidate's process reported a median of {median:.4g} ms "
-                     f"a call, but {n} calls took {per_call_ms:.4g} ms each on the judge's "
-                     f"clock")
+                     f"a call, but on the judge's clock its calls took {per_call_ms:.4g} ms "
+                     f"each (the best of {tries} batches of {n})")
     return art, None
 
 
