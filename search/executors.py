@@ -44,10 +44,8 @@ def _done(result: Result) -> "Future[Result]":
 
 
 class InlineExecutor:
-    """Evaluates in this process, at submit time. No isolation: for tests and debugging.
-
-    Triton candidates on 'cpu' need ``TRITON_INTERPRET=1`` set by the caller before
-    the backend's kernels are imported.
+    """Judges in this process, at submit time: no time limit and no worker to restart, for
+    tests and debugging. The candidate still runs in a process of its own (``sandbox``).
     """
 
     workers = 1
