@@ -126,11 +126,33 @@ def analyse(source: str) -> Analysis:
                 read_object(obj.read_bytes(), a)
             except (ValueError, struct.error) as e:
                 a.compile_error = f"cannot read the object: {e}"
+            else:
+                _link_for_build(source, obj)
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = cache.with_suffix(f".{os.getpid()}.tmp")
     tmp_path.write_text(json.dumps(asdict(a)))
     os.replace(tmp_path, cache)
     return a
+
+
+def _link_for_build(source: str, obj: Path) -> None:
+    """The object linked into the shared object the c backend's build would compile, in
+    its cache: one compile serves the guard and the build (a C candidate was compiled
+    twice, once for each). Same source, same flags (``-fPIC`` included), so the same code;
+    a failed link leaves the build to compile as before."""
+    key = build.build_key(source)
+    so = build.cache_dir() / f"{key}.so"
+    if so.exists():
+        return
+    so.parent.mkdir(parents=True, exist_ok=True)
+    tmp = so.with_suffix(f".{os.getpid()}.link")
+    ok, _ = _run([build.COMPILER, "-fopenmp", "-shared", str(obj), "-o", str(tmp), "-lm"],
+                 COMPILE_TIMEOUT_S)
+    if ok:
+        (so.parent / f"{key}.c").write_text(source)
+        os.replace(tmp, so)
+    else:
+        tmp.unlink(missing_ok=True)
 
 
 def _run(argv: list[str], timeout: int) -> tuple[bool, str]:
