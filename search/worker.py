@@ -70,6 +70,8 @@ def main(conn, kind: WorkerKind, log_path: str, initializer: str | None) -> None
     import torch  # noqa: F401 - imported once here, not inside the first job's deadline
 
     from .eval.evaluator import evaluate
+    from .eval.sandbox import start_spare
+    start_spare(kind.device, kind.memory_mb)  # the first job's candidate process
     conn.send(("ready", os.getpid()))
     while True:
         try:

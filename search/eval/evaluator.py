@@ -173,8 +173,6 @@ def evaluate(job: EvalJob, timer=None) -> Result:
     finally:
         if run.box is not None:
             run.box.stop()
-            # the next candidate's process starts now, while this result goes back
-            sandbox.start_spare(job.config.device, _memory_mb(job.config))
 
 
 def _pipeline(run: _Run) -> Result:

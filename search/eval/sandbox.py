@@ -1,9 +1,9 @@
 """The judge's side of the candidate process: start it, send it work, read its verdicts.
 
 A ``Sandbox`` is one candidate process (``candidate_main``), used for one candidate
-and then stopped. Starting one costs an interpreter and torch (seconds), so the judge
-keeps one spare started ahead (``open`` takes it, ``stop`` starts the next): the cost
-overlaps the judge's own work instead of adding to each evaluation.
+and then stopped. Starting one costs an interpreter, torch and a CUDA context (3-5 s on
+the H200 host), so the judge keeps one spare started ahead: ``open_sandbox`` takes it
+and starts the next, which then gets ready while this evaluation runs.
 
 ``RemoteKernel`` is the candidate as the correctness and timing stages see it: a
 callable ``kernel(ins, outs, sizes)`` plus ``time`` and ``batch``. The judge's own
@@ -131,13 +131,16 @@ _SPARE: dict[tuple, Sandbox] = {}
 
 
 def open_sandbox(device: str, memory_mb: int | None) -> Sandbox:
-    """A fresh candidate process: the spare started ahead when there is one of this kind."""
+    """A fresh candidate process: the spare started ahead when there is one of this kind;
+    the next spare starts now, so it has this whole evaluation to get ready."""
     kind = (device, memory_mb)
     box = _SPARE.pop(kind, None)
     if box is not None and not box.process.is_alive():
         box.stop()
         box = None
-    return box or Sandbox(device, memory_mb)
+    box = box or Sandbox(device, memory_mb)
+    start_spare(device, memory_mb)
+    return box
 
 
 def start_spare(device: str, memory_mb: int | None) -> None:
