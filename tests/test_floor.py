@@ -184,6 +184,7 @@ def test_the_correct_kernel_timed_for_real_on_this_cpu_is_not_suspect(monkeypatc
 
 
 def test_a_kernel_that_skips_the_work_is_still_flagged(monkeypatch):
+    monkeypatch.setattr(floor, "cache_bytes", lambda: 0)  # the point counts in full
     monkeypatch.setattr(timing, "_ORACLES", {})
     monkeypatch.setattr(floor, "_BENCH_TRAFFIC", {})
     op = last_t()
