@@ -23,7 +23,7 @@ import numpy as np
 from . import dtypes, ir
 from .sizes import evaluate, ranges, sample, upper
 
-UPPER_LABELS = ("upper", "longest")
+UPPER_LABELS = ("upper", "longest", "all")
 STYLES = ("low", "high", "one", "edge", "random", "random", "edge", "random")
 
 
@@ -87,6 +87,9 @@ def shapes(op: ir.Op, seed: int, per_dtype: int = 8, dtype_list=None) -> list[Sh
 # ~1.5 s), and the bench point, checked against the float64 oracle, covers large sizes.
 # The library's specs stay far below it (200,000 elements at most: hash_bucketize's N).
 UPPER_CASE_ELEMENTS = 1 << 22
+# the every-dim-large case: past the sizes the others reach together, small enough that
+# the Triton interpreter runs it in seconds
+ALL_CASE_ELEMENTS = 1 << 20
 UPPER_INDEX = 200  # Shape.index of the first upper case (draws apart from the others)
 
 _UPPER_SIZES: dict[tuple, list] = {}
@@ -106,7 +109,8 @@ def domain_dims(op: ir.Op) -> tuple[str, ...]:
 
 def upper_sizes(op: ir.Op, budget: int = UPPER_CASE_ELEMENTS) -> list[tuple[str, dict]]:
     """(label, sizes) of the upper ends: the domains' dims together ('longest'), then each
-    range's dim alone ('upper'); the others as small as the conditions allow. Searched
+    range's dim alone ('upper'), the others as small as the conditions allow; then every
+    dim together as large as ``ALL_CASE_ELEMENTS`` allows ('all'). Searched
     once a process per op (a spec of 19 dims and 8 conditions takes under a second)."""
     key = (op.hash, budget)
     if key not in _UPPER_SIZES:
@@ -114,8 +118,10 @@ def upper_sizes(op: ir.Op, budget: int = UPPER_CASE_ELEMENTS) -> list[tuple[str,
         if op.test is not None:
             wanted = [("longest", domain_dims(op))] if domain_dims(op) else []
             wanted += [("upper", (d,)) for d in ranges(op)]
+            if len(ranges(op)) > 1:  # every dim large at once: a kernel wrong only when
+                wanted.append(("all", tuple(ranges(op))))  # the problem is large overall
             for label, dims in wanted:
-                sizes = upper(op, dims, budget)
+                sizes = upper(op, dims, ALL_CASE_ELEMENTS if label == "all" else budget)
                 if sizes is not None and all(sizes != s for _, s in out):
                     out.append((label, sizes))
         _UPPER_SIZES[key] = out

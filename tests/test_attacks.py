@@ -92,8 +92,7 @@ BASELINE_SLACK_MS = 50.0
 # - route_tensor_class_method.py, route_triton_tensor_class.py: torch.Tensor is allowed as a
 #   type, and torch.Tensor.softmax(x, -1) is the baseline itself.
 OPEN_TODAY = {
-    "shapes_large_problem.py", "shapes_large_problem.c", "cache_content_key.py",
-    "cache_stack_slot.c", "route_tensor_class_method.py", "route_triton_tensor_class.py",
+    "shapes_large_problem.py", "shapes_large_problem.c",
 }
 OPEN = pytest.mark.xfail(reason="issue 24: channel open", strict=True)
 

@@ -321,7 +321,7 @@ def test_upper_shapes_are_per_dtype_and_labelled():
     assert {s.dtype for s in shapes} == set(op.dtype_choices)
     per_dtype = [s for s in shapes if s.dtype == "f32"]
     assert [s.label for s in per_dtype][0] == "longest"
-    assert {s.label for s in per_dtype} == {"longest", "upper"}
+    assert {s.label for s in per_dtype} == {"longest", "upper", "all"}
     assert len({s.index for s in per_dtype}) == len(per_dtype)
     longest = cases.draw(op, per_dtype[0], 0)
     assert longest.sizes["L"] == 2000 and list(longest.inputs["offsets"]) == [0, 2000]

@@ -229,10 +229,10 @@ def test_a_kernel_that_stops_working_after_its_first_calls_is_caught():
 
     t = timing.measure(op, twice, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5), bandwidth=1e9,
                        baselines={})
-    assert t.message.startswith("wrong after the timed runs at the bench point")
+    assert t.message.startswith("wrong in a timed run at the bench point")
 
 
-def test_a_kernel_that_keeps_its_first_answer_fails_on_the_second_input_set():
+def test_a_kernel_that_keeps_its_first_answer_fails_in_the_timed_runs():
     op = softmax_op()
     kept = {}
 
@@ -245,8 +245,39 @@ def test_a_kernel_that_keeps_its_first_answer_fails_on_the_second_input_set():
 
     t = timing.measure(op, keeping, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5),
                        bandwidth=1e9, baselines={})
-    assert t.message.startswith("wrong after the timed runs at the bench point")
-    assert "second input set" in t.message
+    assert t.message.startswith("wrong in a timed run at the bench point")
+
+
+def test_every_timed_call_sees_inputs_no_call_saw_before():
+    op = softmax_op()
+    seen = []
+
+    def noting(inputs, outputs, sizes):
+        seen.append(inputs["x"].numpy().tobytes())
+        softmax_kernel(inputs, outputs, sizes)
+
+    t = timing.measure(op, noting, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5), bandwidth=1e9,
+                       baselines={})
+    assert t.message is None and len(seen) == 2 + CONFIG.warmup + CONFIG.reps + 1
+    timed = seen[1:]  # after the first, checked run (the probe's two calls, then the reps)
+    assert len(set(timed)) == len(timed)
+
+
+def test_an_answer_kept_by_a_sample_of_the_input_is_caught():
+    op = softmax_op("M=1024, N=16")
+    kept = {}
+
+    def keeping(inputs, outputs, sizes):  # keyed by the first and last rows' contents
+        x = inputs["x"].numpy()
+        key = (x[:1].tobytes(), x[-1:].tobytes())
+        if key not in kept:
+            softmax_kernel(inputs, outputs, sizes)
+            kept[key] = outputs["y"].clone()
+        outputs["y"].copy_(kept[key])
+
+    t = timing.measure(op, keeping, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5),
+                       bandwidth=1e9, baselines={})
+    assert t.message.startswith("wrong in a timed run at the bench point"), t.message
 
 
 def test_timed_runs_alternate_between_the_two_input_sets():
@@ -374,11 +405,12 @@ def test_the_device_lock_covers_bench_work_phase_by_phase_or_the_whole_stage(mon
     assert timer_calls == [True, True, True]  # the baseline's, the probe's, the kernel's runs
     # the bench-size check runs on a held GPU too: no other worker times beside it
     assert all(kernel_calls) and len(kernel_calls) > 1
-    # the first run's check, and the checks of both input sets after the timed runs
+    # the first run's check, and each input set's check at a timed run the judge drew
     assert judged == [True, True, True]
     # the outputs' poisoning and the float64 oracle's runs are bench-size GPU work too
     # (uploads are not: they cross PCIe, not the HBM a timed run reads)
-    assert poisoned == [True, True] and oracled == [True, True]
+    # (the oracle of the first run, and of each set's inputs at its checked timed run)
+    assert poisoned == [True, True] and oracled == [True, True, True]
     # uploads share the GPU with other sharers (small correctness cases), never with
     # another's timed runs: kernel's inputs, their pristine copy, the baseline's inputs
     assert len(uploads) >= 2 and all(uploads), uploads

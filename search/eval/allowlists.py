@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import enum
 import functools
+import importlib
 import importlib.util
 import types
 from dataclasses import dataclass
@@ -172,13 +174,32 @@ class Profile:
             if path == mod:
                 return True
             if path.startswith(mod + "."):
-                # past an allowed name, the rest is attribute access on a value
+                # past an allowed name, the rest is attribute access on a value; but past a
+                # class it is an unbound method (``torch.Tensor.softmax(x, -1)`` is torch
+                # computing), so a class ends the path
                 parts, names = path[len(mod) + 1:].split("."), self.names(mod)
-                return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
+                for i in range(1, len(parts) + 1):
+                    name = ".".join(parts[:i])
+                    if name in names:
+                        return i == len(parts) or not _is_class(mod, name)
+                return False
         return False
 
     def importable(self) -> list[str]:
         return sorted(self.modules)
+
+
+@functools.cache
+def _is_class(module: str, dotted: str) -> bool:
+    """Whether ``module.dotted`` is a class whose attributes are unbound methods (an enum's
+    are its constants: ``tl.PropagateNan.ALL``)."""
+    try:
+        obj = importlib.import_module(module)
+        for part in dotted.split("."):
+            obj = getattr(obj, part)
+    except Exception:  # noqa: BLE001 - not importable here: judged as a value, as before
+        return False
+    return isinstance(obj, type) and not issubclass(obj, enum.Enum)
 
 
 @functools.cache

@@ -133,27 +133,17 @@ class _Host:
         self._sync()
         return ("ok", None)
 
-    def _time(self, sets, sizes, warmup, reps, poisons):
+    def _time(self, sets, sizes, warmup, reps, poisons, plan=None):
         import torch
 
-        from .correctness import poison
+        from .timed_calls import calling
         from .timers import default_timer
-        state = {"n": 0, "current": sets[0]}
         handed = [(dict(ins), dict(outs)) for ins, outs in sets]
-
-        def setup():
-            k = state["n"] % len(sets)
-            state["n"] += 1
-            state["current"] = sets[k]
-            for name, dt, variant in poisons:
-                poison(sets[k][1][name], dt, variant)
-
-        def run():
-            ins, outs = state["current"]
-            self.built.fn(ins, outs, dict(sizes))
-
+        setup, run, finish = calling(self.built.fn, sets, sizes, poisons, plan)
         with torch.no_grad():
             samples = default_timer(self.device)(run, warmup=warmup, reps=reps, setup=setup)
+            finish()
+            self._sync()
         for (ins, outs), before in zip(sets, handed):
             _check_handed(ins, outs, before)
         return ("ok", [float(s) for s in samples])

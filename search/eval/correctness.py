@@ -196,9 +196,9 @@ def sync(device: str) -> None:
 
 # ---- the stage -------------------------------------------------------------
 
-def check(op: ir.Op, kernel, config) -> Outcome:
+def check(op: ir.Op, kernel, config, interpreted: bool = False) -> Outcome:
     """Run ``kernel`` on every planned case and its twin; the first failure wins."""
-    planned = plan(op, config)
+    planned = plan(op, config, interpreted)
     arts = {"dtypes": list(chosen_dtypes(op, config.dtypes)), "cases_checked": 0,
             "max_error": 0.0}
     if not planned:

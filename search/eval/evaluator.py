@@ -121,7 +121,7 @@ def check_guards(run: _Run) -> None:
 def check_correctness(run: _Run) -> None:
     if run.built.prepare is not None:
         prepare(run)
-    outcome = correctness.check(run.job.op, run.built.fn, run.job.config)
+    outcome = correctness.check(run.job.op, run.built.fn, run.job.config, interpreted(run))
     run.artifacts.update(outcome.artifacts)
     if outcome.message:
         raise StageFailed(outcome.message)
@@ -131,12 +131,18 @@ def prepare(run: _Run) -> None:
     """Let the build compile ahead for every test shape at once. A failure here is no
     verdict: the cases then compile their kernels at their first call, as without it."""
     started = time.perf_counter()
-    shapes = [(p.shape.sizes, p.shape.dtype) for p in plan.plan(run.job.op, run.job.config)]
+    planned = plan.plan(run.job.op, run.job.config, interpreted(run))
+    shapes = [(p.shape.sizes, p.shape.dtype) for p in planned]
     try:
         run.built.prepare(shapes)
     except Exception as e:
         run.artifacts["prepare"] = f"skipped: {type(e).__name__}: {str(e)[:300]}"
     run.artifacts["prepare_s"] = round(time.perf_counter() - started, 3)
+
+
+def interpreted(run: _Run) -> bool:
+    """Whether the candidate runs in the Triton interpreter (slow: its cases stay small)."""
+    return untimed(run.backend, run.job.config.device) is not None
 
 
 def untimed(backend, device: str) -> str | None:

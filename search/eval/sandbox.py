@@ -168,10 +168,13 @@ class RemoteKernel:
         self.box.call("run", _shared(ins), _shared(outs), dict(sizes))
 
     def time(self, sets: list[tuple[dict, dict]], sizes: dict, warmup: int, reps: int,
-             poisons: list[tuple[str, str, int]]) -> list[float]:
-        """Timed calls in the candidate's process, alternating between ``sets``."""
+             poisons: list[tuple[str, str, int]], plan: dict | None = None) -> list[float]:
+        """Timed calls in the candidate's process, alternating between ``sets``, with the
+        edits and kept outputs of ``plan`` (``timed_calls``)."""
         sent = [(_shared(i), _shared(o)) for i, o in sets]
-        _, samples = self.box.call("time", sent, dict(sizes), warmup, reps, poisons)
+        if plan is not None:
+            plan = dict(plan, snap={c: _shared(v) for c, v in plan["snap"].items()})
+        _, samples = self.box.call("time", sent, dict(sizes), warmup, reps, poisons, plan)
         if not (isinstance(samples, list) and len(samples) == reps and
                 all(isinstance(s, float) and s >= 0 for s in samples)):
             raise CandidateFault("the candidate process answered the timing request with "

@@ -31,7 +31,7 @@ from kdsl import baseline, cases, dtypes, ir
 
 from . import correctness as corr
 from . import device_lock
-from . import floor
+from . import floor, timed_calls
 from .floor import bench_traffic_bytes, copy_bandwidth
 from .timers import Timer, default_timer
 
@@ -174,7 +174,6 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
     left as they are) or a fresh upload. Kept between jobs on the host, not the GPU: many
     workers share one card, and each holding a copy of the bench outputs would crowd it
     out; each job uploads it again."""
-    import torch
     key = (op.hash, device, tuple(case.sizes.items()), case.dtype, variant)
     if key not in _ORACLES:
         for k in [k for k in _ORACLES if k[:4] != key[:4]]:  # both variants of one point
@@ -184,13 +183,8 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
             if ins is None:  # (freed with ``ins`` below)
                 with device_lock.shared(device, waited):
                     ins = corr.fresh_inputs(op, case.dtype, case.inputs, device)
-            with hold(), torch.no_grad():
-                wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
-                got = baseline.outputs_of(op, baseline.baseline_callable(op, case.sizes, wide)())
-                got = {k: v.to(_judged_in(v.dtype, outs_dtype(op, k, case.dtype)))
-                       for k, v in got.items()}
-                corr.sync(device)
-            del ins, wide
+            got = oracle_of(op, case.sizes, case.dtype, ins, device, hold)
+            del ins
             _ORACLES[key] = ({k: v.cpu() for k, v in got.items()}, "")
         except Exception as e:
             if corr.out_of_memory(e):
@@ -199,6 +193,18 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
                                    f"that every element was written only")
     kept, note = _ORACLES[key]
     return (None if kept is None else {k: v.to(device) for k, v in kept.items()}), note
+
+
+def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
+              hold=contextlib.nullcontext) -> dict:
+    """The spec's baseline on float64 copies of ``ins`` (on the device), uncached."""
+    import torch
+    with hold(), torch.no_grad():
+        wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
+        got = baseline.outputs_of(op, baseline.baseline_callable(op, sizes, wide)())
+        got = {k: v.to(_judged_in(v.dtype, outs_dtype(op, k, dtype))) for k, v in got.items()}
+        corr.sync(device)
+    return got
 
 
 def outs_dtype(op: ir.Op, name: str, dtype: str):
@@ -328,21 +334,11 @@ class LocalKernel:
     def __call__(self, ins, outs, sizes):
         self.fn(ins, outs, sizes)
 
-    def time(self, sets, sizes, warmup, reps, poisons) -> list[float]:
-        state = {"n": 0, "current": sets[0]}
-
-        def setup():
-            k = state["n"] % len(sets)
-            state["n"] += 1
-            state["current"] = sets[k]
-            for name, dt, variant in poisons:
-                corr.poison(sets[k][1][name], dt, variant)
-
-        def run():
-            ins, outs = state["current"]
-            self.fn(ins, outs, dict(sizes))
-
-        return self.timer(run, warmup=warmup, reps=reps, setup=setup)
+    def time(self, sets, sizes, warmup, reps, poisons, plan=None) -> list[float]:
+        setup, run, finish = timed_calls.calling(self.fn, sets, sizes, poisons, plan)
+        samples = self.timer(run, warmup=warmup, reps=reps, setup=setup)
+        finish()
+        return samples
 
     batch = None  # no outside view of a function this process runs itself
 
@@ -351,34 +347,41 @@ def as_kernel(kernel, timer: Timer):
     return kernel if hasattr(kernel, "time") else LocalKernel(kernel, timer)
 
 
-# an outside view that is more than this many times the candidate's own median, beyond
-# the allowance for launches and the request's round trip, contradicts that median
+# the outside view: batches of calls on the judge's clock, about OUTSIDE_BATCH_MS long; they
+# contradict the candidate's median when they exceed OUTSIDE_RATIO times it, by more than
+# OUTSIDE_SLACK_MS a batch (a busy host's scheduling) and OUTSIDE_ALLOWANCE_MS a call
+OUTSIDE_BATCH_MS = 50.0
+OUTSIDE_MAX_CALLS = 1000
 OUTSIDE_RATIO = 2.0
-OUTSIDE_ALLOWANCE_MS = 0.1
+OUTSIDE_SLACK_MS = 10.0
+OUTSIDE_ALLOWANCE_MS = 0.05
 OUTSIDE_TRIES = 3
 
 
 def outside_view(kernel, sets, sizes, device, samples, hold) -> tuple[dict, str | None]:
-    """The judge's own clock on a batch of the candidate's calls (warm, back to back),
+    """The judge's own clock on batches of the candidate's calls (warm, back to back),
     against the median the candidate's process reported: (artifact, message if they
-    contradict). The batch costs as much device time as the timed runs did."""
+    contradict). A call timed alone first sizes the batches, so a median claimed far too
+    low does not make them long; the best of a few batches is kept (interference only
+    ever lengthens one)."""
     if getattr(kernel, "batch", None) is None:
         return {}, None
     median = statistics.median(samples)
-    n = max(1, min(len(samples), int(200.0 / max(median, 1e-3))))
-    # the best of a few batches: interference (another process, a busy host) only ever
-    # lengthens one, and one lengthened batch must not contradict an honest median
-    tries = OUTSIDE_TRIES if median * n * OUTSIDE_TRIES < 2000.0 else 1
     ins, outs = sets[0]
     with hold():
         trip = min(kernel.batch(ins, outs, sizes, 0) for _ in range(3))  # the round trip
+        one_ms = max(0.0, kernel.batch(ins, outs, sizes, 1) - trip) * 1e3
+        per = max(one_ms, median, 1e-3)
+        n = max(1, min(OUTSIDE_MAX_CALLS, int(OUTSIDE_BATCH_MS / per + 0.999)))
+        tries = OUTSIDE_TRIES if per * n * OUTSIDE_TRIES < 2000.0 else 1
         wall = min(kernel.batch(ins, outs, sizes, n) for _ in range(tries))
-    per_call_ms = max(0.0, wall - trip) / n * 1e3
-    art = {"outside_ms": round(per_call_ms, 5), "outside_calls": n * tries,
+    batch_ms = max(0.0, wall - trip) * 1e3
+    art = {"outside_ms": round(batch_ms / n, 5), "outside_calls": n * tries,
            "outside_trip_ms": round(trip * 1e3, 4)}
-    if per_call_ms > OUTSIDE_RATIO * median + OUTSIDE_ALLOWANCE_MS:
+    excess = batch_ms - OUTSIDE_RATIO * median * n
+    if excess > OUTSIDE_SLACK_MS + OUTSIDE_ALLOWANCE_MS * n:
         return art, (f"suspect: the candidate's process reported a median of {median:.4g} ms "
-                     f"a call, but on the judge's clock its calls took {per_call_ms:.4g} ms "
+                     f"a call, but on the judge's clock its calls took {batch_ms / n:.4g} ms "
                      f"each (the best of {tries} batches of {n})")
     return art, None
 
@@ -401,7 +404,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     # one run can lengthen one batch of another's timed runs, which the median outvotes).
     # The price: a kernel that hangs only at the bench size holds the lock until its job's
     # time limit, and the others' waits count against theirs
-    sets = []  # (case, ins, outs, pristine, oracle) for each input variant
+    sets = []  # (case, ins, outs, pristine) for each input set
     for variant in (0, 1):
         if variant:
             with lap("draw"):
@@ -417,21 +420,33 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
             if not variant:  # the second set's outputs come from the timed runs alone
                 kernel(ins, outs, dict(case.sizes))
                 corr.sync(device)
-        with lap("oracle"):
-            ref, note = oracle(op, case, device, hold, uploaded=pristine, waited=arts,
-                               variant=variant)
-        if note:
-            arts["bench_check"] = note
         if not variant:
+            with lap("oracle"):
+                ref, note = oracle(op, case, device, hold, uploaded=pristine, waited=arts)
+            if note:
+                arts["bench_check"] = note
             with lap("check"), hold():
                 message, error = bench_judge(op, case, ins, outs, ref, 0, device, pristine)
             arts["bench_max_error"] = error
+            del ref
             if message:
                 return Timing(f"wrong at the {where}: {message}", artifacts=arts)
-        sets.append((case, ins, outs, pristine, ref))
+        sets.append((case, ins, outs, pristine))
     case = sets[0][0]
     poisons = [(t.name, op.dtype_of(t.name, dtype), 1) for t in op.outputs]
-    pairs = [(ins, outs) for _, ins, outs, _, _ in sets]
+    pairs = [(ins, outs) for _, ins, outs, _ in sets]
+
+    def timed(warmup: int, reps: int):
+        """Samples of one timing request, and its plan: fresh inputs for every call."""
+        p = timed_calls.plan(op, case.sizes, dtype, [o for _, o in pairs], warmup, reps,
+                             device)
+        return kernel.time(pairs, case.sizes, warmup, reps, poisons, p.wire()), p
+
+    def verified(p, check: bool) -> str | None:
+        """The kept outputs against the oracle of their inputs; the inputs as edited."""
+        with lap("check_again"), hold():
+            return _verify(op, sets, p, device, where, hold) if check else \
+                _advance(sets, p)
 
     with lap("baseline"):
         base = time_baseline(op, case, device, baseline_mode(config), config, timer, cache,
@@ -446,19 +461,22 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         # one timed run of each input set first: a kernel already far slower than the
         # baseline is ranked by them, instead of holding the device for warmup + reps more
         # runs of seconds each
-        samples = kernel.time(pairs, case.sizes, 0, len(pairs), poisons)
+        samples, probe = timed(0, len(pairs))
         cutoff, rest_ms = config.slow_cutoff, samples[0] * (config.warmup + config.reps)
         # (a cold single run of a fast kernel can be 10x a warm median: cut only where the
         # runs saved are worth a second of the device's time)
-        if cutoff is not None and samples[0] > cutoff * base.ms and rest_ms > CUT_OVER_MS:
-            arts["reps_cut"] = (f"one timed run, {samples[0]:.4g} ms: over {cutoff:g}x the "
-                                f"baseline's {base.ms:.4g} ms")
-        else:
-            samples = kernel.time(pairs, case.sizes, config.warmup, config.reps, poisons)
-    time_ms = statistics.median(samples)
-    message = _check_sets(op, sets, device, where, hold, lap)
+        cut = cutoff is not None and samples[0] > cutoff * base.ms and rest_ms > CUT_OVER_MS
+    message = verified(probe, check=cut)
+    if not cut and message is None:
+        with lap("timed_runs"), hold(), torch.no_grad():
+            samples, main = timed(config.warmup, config.reps)
+        message = verified(main, check=True)
+    if cut:
+        arts["reps_cut"] = (f"one timed run, {samples[0]:.4g} ms: over {cutoff:g}x the "
+                            f"baseline's {base.ms:.4g} ms")
     if message:
         return Timing(message, artifacts=arts)
+    time_ms = statistics.median(samples)
     with lap("outside_view"):
         outside, contradiction = outside_view(kernel, pairs, case.sizes, device, samples, hold)
     arts.update(outside)
@@ -470,10 +488,10 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
             bw = copy_bandwidth(device, nbytes, fresh=True, hold=hold)
             below = floor.verdict(time_ms, nbytes, bw, device)
     if below:
-        # re-checked before it is rejected: timed again and checked again, both sets
+        # re-checked before it is rejected: timed again on fresh inputs and checked again
         with lap("recheck"), hold(), torch.no_grad():
-            again = kernel.time(pairs, case.sizes, config.warmup, config.reps, poisons)
-        message = _check_sets(op, sets, device, where, hold, lap)
+            again, p = timed(config.warmup, config.reps)
+        message = verified(p, check=True)
         if message:
             return Timing(message, artifacts=arts)
         arts["recheck_timings_ms"] = again
@@ -498,16 +516,36 @@ def _bandwidth(given, device: str, nbytes: int, hold) -> float:
     return given if given is not None else copy_bandwidth(device, nbytes, hold=hold)
 
 
-def _check_sets(op, sets, device, where, hold, lap) -> str | None:
-    """The outputs the timed runs left, each input set's against its own oracle: a kernel
-    that kept an answer from an earlier call gives one set the other's (the second set is
-    checked here only: its outputs, poisoned before, come from the timed runs alone)."""
-    for k, (c, ins, outs, pristine, ref) in enumerate(sets):
-        with lap("check_again"), hold():
-            corr.sync(device)
-            message, _ = bench_judge(op, c, ins, outs, ref, 1, device, pristine)
+def _verify(op, sets, p, device, where, hold) -> str | None:
+    """Each set's kept outputs against the float64 oracle of its inputs as they were at
+    that call (the pristine ones with the edits so far); then the inputs as they are now
+    against the pristine ones with every edit (``_advance``)."""
+    for k, (c, ins, outs, pristine) in enumerate(sets):
+        if k not in p.snap_at:
+            continue
+        expected = dict(pristine)
+        if p.name is not None:
+            expected[p.name] = pristine[p.name].clone()
+            timed_calls.replay(p, k, len(sets), expected, upto=p.snap_at[k])
+        ref = oracle_of(op, c.sizes, c.dtype, expected, device)
+        arrays = dict(c.inputs)
+        if p.name is not None:
+            arrays[p.name] = expected[p.name].cpu().numpy()
+        at = cases.Case(c.shape, arrays)
+        message, _ = bench_judge(op, at, expected, p.snaps[k], ref, 1, device, expected)
+        del ref, expected
         if message:
             which = "" if not k else " (second input set)"
-            where = f"{where}{which}"
-            return f"wrong after the timed runs at the {where}: {message}"
+            return f"wrong in a timed run at the {where}{which}: {message}"
+    return _advance(sets, p)
+
+
+def _advance(sets, p) -> str | None:
+    """The pristine copies brought to what the request's edits made of them; the inputs
+    the kernel saw must be exactly that."""
+    for k, (_, ins, _, pristine) in enumerate(sets):
+        timed_calls.replay(p, k, len(sets), pristine)
+        message = timed_calls.inputs_intact(ins, pristine)
+        if message:
+            return f"{message} during the timed runs"
     return None
