@@ -80,20 +80,15 @@ CONTROL = "ok_softmax.py"
 BASELINE_DRIFT = 3.0
 BASELINE_SLACK_MS = 50.0
 
-# Attacks the evaluator accepts today (commit 24c53b9, 2026-12-04): each must lose its marker
-# when its channel is closed (strict). At 2f7d30d, before the candidate process of its own and
-# the allow-lists, 43 of the 47 attacks then written were accepted (judge_builtins_import.py
-# at 147x); these six pass today's allow-lists and isolation:
-# - shapes_large_problem.*: the upper-end cases put one dim at its maximum with the others
-#   small, so M=300 with N=5000 (1.5M elements, which the spec allows) is never run;
-# - cache_content_key.py, cache_stack_slot.c: state the guards do not see (a module-level
-#   dict through a local alias; a pointer left in dead stack space), keyed by the input's
-#   contents and holding both alternating input sets: ~45x faster than computing;
-# - route_tensor_class_method.py, route_triton_tensor_class.py: torch.Tensor is allowed as a
-#   type, and torch.Tensor.softmax(x, -1) is the baseline itself.
-OPEN_TODAY = {
-    "shapes_large_problem.py", "shapes_large_problem.c",
-}
+# Attacks the evaluator accepts: each would carry OPEN (a strict xfail) until its channel is
+# closed. At 2f7d30d, before the candidate process of its own and the allow-lists, 43 of the
+# 47 attacks then written were accepted (judge_builtins_import.py at 147x). At 24c53b9 six
+# still were, each closed since by a general mechanism: shapes_large_problem.* (wrong only when
+# every dim is large: the 'all' upper-end case), cache_content_key.py and cache_stack_slot.c
+# (answers kept under a key of sampled contents: every timed call now sees new inputs and the
+# outputs of a secretly drawn call are checked), route_tensor_class_method.py and
+# route_triton_tensor_class.py (torch.Tensor.softmax: a class on the allow-list ends a path).
+OPEN_TODAY: set[str] = set()  # every channel the suite knows is closed
 OPEN = pytest.mark.xfail(reason="issue 24: channel open", strict=True)
 
 # slow the baseline: each gets an executor of its own (the judge times a baseline once a
