@@ -273,7 +273,7 @@ def test_a_build_error_fails_build_with_the_log():
 
 
 def test_an_exception_inside_a_stage_is_a_failure_not_a_raise(monkeypatch):
-    def explode(op, kernel, config):
+    def explode(op, kernel, config, interpreted=False):
         raise RuntimeError("evaluator bug")
 
     monkeypatch.setattr(correctness, "check", explode)
@@ -316,7 +316,7 @@ def test_a_failing_prepare_is_no_verdict(monkeypatch):
 
 
 def test_running_out_of_memory_is_marked_for_the_worker(monkeypatch):
-    def exhaust(op, kernel, config):
+    def exhaust(op, kernel, config, interpreted=False):
         raise MemoryError("Unable to allocate 4.00 EiB")
 
     monkeypatch.setattr(correctness, "check", exhaust)
