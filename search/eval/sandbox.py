@@ -16,6 +16,7 @@ reads it, or work while the judge times the baseline.
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.util  # noqa: F401 - Finalize
 import os
 import signal
 import tempfile
@@ -128,6 +129,7 @@ class Sandbox:
 
 
 _SPARE: dict[tuple, Sandbox] = {}
+_SPARE_FINALIZER: list = []
 
 
 def open_sandbox(device: str, memory_mb: int | None) -> Sandbox:
@@ -149,6 +151,9 @@ def start_spare(device: str, memory_mb: int | None) -> None:
     for other in [k for k in _SPARE if k != kind]:  # one spare at a time
         _SPARE.pop(other).stop()
     if kind not in _SPARE:
+        if not _SPARE_FINALIZER:
+            # stopped (and its log removed) when this process exits, a pool worker included
+            _SPARE_FINALIZER.append(mp.util.Finalize(None, stop_spares, exitpriority=10))
         _SPARE[kind] = Sandbox(device, memory_mb)
 
 
