@@ -19,7 +19,6 @@ import multiprocessing as mp
 import os
 import pickle
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 from . import worker
+from .eval import confine
 from .jobs import EvalJob
 from .result import Result
 from .worker import WorkerKind
@@ -295,14 +295,8 @@ class PoolExecutor:
     def _describe_exit(self, code: int | None) -> str:
         if code is None:
             return "the worker vanished"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            hint = " (out of memory?)" if -code == signal.SIGKILL else ""
-            return f"killed by signal {name}{hint}"
-        return f"worker exited with code {code}"
+        text = confine.exit_text(code)
+        return f"worker {text}" if code >= 0 else text
 
     def _log_tail(self, w: _Worker) -> str:
         try:

@@ -50,3 +50,16 @@ def die_with_parent() -> None:
             os._exit(0)
     except OSError:
         pass
+
+
+def exit_text(code: int) -> str:
+    """How a process ended, from its exit code: 'killed by signal SIGSEGV', 'exited with
+    code 3' (a SIGKILL is most often the kernel's out-of-memory killer)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"killed by signal {name}{hint}"
+    return f"exited with code {code}"

@@ -22,7 +22,7 @@ import signal
 import tempfile
 import time
 
-from . import candidate_main
+from . import candidate_main, confine
 
 READY_TIMEOUT_S = 300.0
 ARENA_MAX_BYTES = 256 << 20  # cases up to this size go through the arena
@@ -97,15 +97,7 @@ class Sandbox:
     def _death(self, e) -> str:
         self.process.join(2)
         code = self.process.exitcode
-        if code is not None and code < 0:
-            try:
-                what = f"killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                what = f"killed by signal {-code}"
-        elif code is not None:
-            what = f"exited with code {code}"
-        else:
-            what = f"{type(e).__name__}"
+        what = type(e).__name__ if code is None else confine.exit_text(code)
         tail = self.log_tail()
         fatal = tail.rfind("Fatal Python error")  # faulthandler's report: where it died
         shown = tail[fatal:fatal + 1500] if fatal >= 0 else tail[-600:]

@@ -307,9 +307,9 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
     whole = floor.allocated_bytes(op, case.sizes, dtype) >= config.exclusive_bench_bytes
     arts["device_lock"] = "stage" if whole else "phases"
     lock = functools.partial(device_lock.exclusive, device, arts)
+    timer = timer or default_timer(device)
     with lock() if whole else contextlib.nullcontext():
-        return _measure_at(op, point, case, as_kernel(kernel, timer or default_timer(device)),
-                           config, timer or default_timer(device), bandwidth,
+        return _measure_at(op, point, case, as_kernel(kernel, timer), config, timer, bandwidth,
                            BASELINES if baselines is None else baselines, compile_fn, arts,
                            contextlib.nullcontext if whole else lock, keep_inputs=whole)
 
