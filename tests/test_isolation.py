@@ -210,3 +210,29 @@ def test_kdsl_eval_bad_spec_exits_2(tmp_path, capsys):
     bad.write_text("op broken\n  dims M\n  in x: f33 [M]\n")
     assert kdsl("eval", str(bad), "--backend", "numpy") == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_the_spare_candidate_process_is_stopped_while_a_cpu_is_timed():
+    from kdsl.search.eval import sandbox
+
+    def stopped(box, want: bool) -> bool:
+        """Whether it reaches the state wanted within a second (a signal takes a moment)."""
+        import time
+        for _ in range(50):
+            with open(f"/proc/{box.process.pid}/status") as f:
+                state = next(ln.split()[1] for ln in f if ln.startswith("State:"))
+            if (state == "T") == want:
+                return True
+            time.sleep(0.02)
+        return False
+
+    sandbox.start_spare("cpu", None)
+    try:
+        box = sandbox._SPARE[("cpu", None)]
+        with sandbox.spares_paused("cuda"):  # a GPU's timing leaves it to get ready
+            assert not stopped(box, True)
+        with sandbox.spares_paused("cpu"):
+            assert stopped(box, True)
+        assert stopped(box, False)
+    finally:
+        sandbox.stop_spares()

@@ -480,3 +480,37 @@ def test_a_16_bit_output_is_judged_in_float32_and_its_oracle_kept_so():
     assert note == "" and kept["y"].dtype == torch.float32
     case32 = timing.bench_case(op, timing.bench_point(op, "cpu"), "f32")
     assert timing.oracle(op, case32, "cpu")[0]["y"].dtype == torch.float64
+
+
+class BatchedKernel(timing.LocalKernel):
+    """A local kernel with an outside view: each batch of calls takes the scripted seconds
+    a call of the next entry of ``per_call`` (the round trip itself takes none)."""
+
+    def __init__(self, fn, timer, per_call):
+        super().__init__(fn, timer)
+        self.per_call = list(per_call)
+
+    def batch(self, ins, outs, sizes, n):
+        if n <= 1:
+            return 0.0  # the round trip and the single call that sizes the batches
+        return self.per_call.pop(0) * n if len(self.per_call) > 1 else self.per_call[0] * n
+
+
+def test_an_outside_view_contradicted_once_is_timed_again_and_believed(monkeypatch):
+    monkeypatch.setattr(floor, "cache_bytes", lambda: 0)
+    timer = FakeTimer([2.0] * 5, [4.0] * 5)
+    slow_once = [0.5] * timing.OUTSIDE_TRIES + [0.002]  # 500 ms a call once: a busy host
+    kernel = BatchedKernel(softmax_kernel, timer, slow_once)
+    t = timing.measure(softmax_op(), kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
+    assert t.message is None and t.time_ms == 2.0
+    assert t.artifacts["outside_first"].startswith("suspect: the candidate's process reported")
+    assert timer.calls.count((CONFIG.warmup, CONFIG.reps)) == 3  # baseline, kernel, again
+
+
+def test_an_outside_view_contradicted_twice_is_a_verdict(monkeypatch):
+    monkeypatch.setattr(floor, "cache_bytes", lambda: 0)
+    timer = FakeTimer([2.0] * 5, [4.0] * 5)
+    kernel = BatchedKernel(softmax_kernel, timer, [0.5])
+    t = timing.measure(softmax_op(), kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
+    assert t.message.startswith("suspect: the candidate's process reported a median of 2 ms")
+    assert t.artifacts["suspect"] is True

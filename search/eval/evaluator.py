@@ -157,7 +157,9 @@ def time_it(run: _Run) -> None:
     if reason:
         run.artifacts["timing_skipped"] = reason
         return
-    run.timing = t = timing.measure(run.job.op, run.built.fn, run.job.config, timer=run.timer)
+    with sandbox.spares_paused(run.job.config.device):
+        run.timing = t = timing.measure(run.job.op, run.built.fn, run.job.config,
+                                        timer=run.timer)
     waited = run.artifacts.get("lock_wait_s", 0.0) + t.artifacts.get("lock_wait_s", 0.0)
     run.artifacts.update(t.artifacts)
     if waited:  # the correctness stage's waits and the timing stage's, together

@@ -482,6 +482,21 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     time_ms = statistics.median(samples)
     with lap("outside_view"):
         outside, contradiction = outside_view(kernel, pairs, case.sizes, device, samples, hold)
+    if contradiction:
+        # re-checked before it is rejected: the candidate's median and the judge's batches
+        # taken again, back to back. A busy host can slow the batches once (a process
+        # starting on the same cores); a median claimed too low is contradicted every time
+        with lap("recheck"), hold(), torch.no_grad():
+            again, p = timed(config.warmup, config.reps)
+        message = verified(p, check=True)
+        if message:
+            return Timing(message, artifacts=arts)
+        arts["outside_first"] = contradiction
+        with lap("outside_view"):
+            outside, contradiction = outside_view(kernel, pairs, case.sizes, device, again,
+                                                  hold)
+        if contradiction is None:
+            samples, time_ms = again, statistics.median(again)
     arts.update(outside)
     with lap("floor"):
         nbytes = bench_traffic_bytes(op, case)
