@@ -1,0 +1,84 @@
+"""``kdsl export``: a run's best kernel as a standalone module a user can import.
+
+``module``: the kernel registered as a torch op (``torch.library.custom_op`` with a
+fake implementation, input checks and a backward where the spec's baseline gives one),
+and ``run(*inputs, **dims)`` calling it. ``kernelbench``: the same plus a KernelBench
+``ModelNew`` whose sizes come from its inputs. The module needs torch (and triton for
+Triton kernels), never kdsl; C kernels are compiled with the system compiler on first use.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kdsl import spec as spec_mod
+from kdsl.errors import UsageError
+
+from .. import lineage
+from ..files import atomic_write, check_out
+from .render import Kernel, module_text, op_name
+
+FORMATS = ("module", "kernelbench")
+
+__all__ = ["FORMATS", "Kernel", "export", "kernel_of_run", "module_text", "op_name", "write"]
+
+
+def kernel_of_run(run_dir: str | Path) -> Kernel:
+    """The best kernel of a run, with its op; UsageError (one line) when there is none."""
+    from ..runs import open_run
+    store, settings = open_run(run_dir)
+    best = lineage.best(store.nodes)
+    if best is None or not best.get("source_path"):
+        raise UsageError(f"{run_dir} has no correct kernel to export yet")
+    if not isinstance(best.get("candidate"), dict) or not best["candidate"].get("backend"):
+        raise UsageError(f"{run_dir}: the best node's record (node {best['id']}) names no "
+                         "backend; the run is damaged")
+    kernel_file = Path(run_dir) / best["source_path"]
+    try:
+        source = kernel_file.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{run_dir}: cannot read the best kernel {kernel_file} "
+                         f"({getattr(e, 'strerror', None) or e})") from None
+    if best.get("source_hash") and lineage.source_hash(source) != best["source_hash"]:
+        raise UsageError(f"{kernel_file} is damaged (its content does not match node "
+                         f"{best['id']}'s hash); 'kdsl resume {run_dir}' rewrites it")
+    spec_path = Path(run_dir) / "spec.kspec"
+    if not spec_path.is_file():
+        raise UsageError(f"{run_dir}: the run's copy of its spec (spec.kspec) is missing")
+    try:
+        op = spec_mod.find_op(spec_mod.load(spec_path), settings.op)
+    except KeyError as e:
+        raise UsageError(f"{spec_path}: {e.args[0]}") from None
+    backend = best["candidate"]["backend"]
+    res = best["result"]
+    point = next((p for p in op.bench if p.device == settings.device),
+                 next((p for p in op.bench if p.device is None), None))
+    note = (f"from {run_dir}, node {best['id']}, backend {backend}, {res['speedup']:.3f}x over "
+            f"{res.get('baseline_name')} on {settings.device}")
+    return Kernel(op, source, "c" if best["source_path"].endswith(".c") else "python",
+                  backend, settings.device, note, point.size_dict() if point else None)
+
+
+def write(kernel: Kernel, out: str | Path, fmt: str = "module") -> Path:
+    """Write the module to ``out``, making its directory when missing."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt}: known formats are {', '.join(FORMATS)}")
+    out = Path(out)
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a directory; give a file name")
+    check_out(out.parent if str(out.parent) else Path("."), "--out")  # writable, or one line
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot make {out.parent} ({e.strerror})") from None
+    text = module_text(kernel, kernelbench=fmt == "kernelbench")
+    if "import kdsl" in text or "from kdsl" in text:
+        print("kdsl: warning: this kernel imports kdsl; the module needs kdsl installed")
+    atomic_write(out, text)
+    return out
+
+
+def export(args) -> int:
+    kernel = kernel_of_run(args.run)
+    write(kernel, args.out, args.format)
+    print(f"wrote {args.out} ({args.format}: {kernel.note}; torch.ops.kdsl.{op_name(kernel)})")
+    return 0
