@@ -4,7 +4,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import __version__
 from .errors import SpecError, UsageError
+
+SEARCH_BUDGET = 30  # evaluations a search makes unless told (about a minute for c, 2 cores)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -14,92 +17,161 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class _Help(argparse.HelpFormatter):
+    """Shows each option's default after its help, where there is one to show (a None or
+    False default means "not given"; such options say in their help what that does)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if ("%(default)" in text or not action.option_strings or d is None or d is False
+                or d is argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def _build() -> argparse.ArgumentParser:
-    p = _Parser(prog="kdsl", description="Search for fast, correct compute kernels.")
+    p = _Parser(prog="kdsl", description="Search for fast, correct compute kernels.",
+                formatter_class=_Help)
+    p.add_argument("--version", action="version", version=f"kdsl {__version__}",
+                   help="print kdsl's version and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    c = sub.add_parser("check", help="parse, check and verify the baseline of specs")
-    c.add_argument("files", nargs="+")
-    c.add_argument("--seed", type=int, default=0)
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text, formatter_class=_Help)
+
+    c = command("check", "parse, check and verify the baseline of specs")
+    c.add_argument("files", nargs="+", help=".kspec files to check")
+    c.add_argument("--seed", type=int, default=0, help="seed of the generated test cases")
     c.add_argument("--cases", type=int, default=8, help="cases per dtype")
 
-    s = sub.add_parser("show", help="print a spec's IR, or a run directory's summary")
+    s = command("show", "print a spec's IR, or a run directory's summary and candidates")
     s.add_argument("file", help="a .kspec file or a run directory")
-    s.add_argument("--op")
-    s.add_argument("--plot", help="(runs) draw best-so-far and the lineage tree to FILE.png")
+    s.add_argument("--op", help="(specs) the op to show (default: every op in the file)")
+    s.add_argument("--json", action="store_true",
+                   help="(runs) print the summary and every candidate as JSON")
+    s.add_argument("--top", type=_positive, metavar="N",
+                   help="(runs) list only the N fastest candidates (default: all, by id)")
+    s.add_argument("--plot", metavar="FILE",
+                   help="(runs) draw best-so-far and the lineage tree to FILE (a .png file)")
 
-    k = sub.add_parser("cases", help="list the test shapes of a spec")
-    k.add_argument("file")
-    k.add_argument("--op")
-    k.add_argument("--seed", type=int, default=0)
+    k = command("cases", "list the test shapes of a spec")
+    k.add_argument("file", help="a .kspec file")
+    k.add_argument("--op", help="the op whose cases to list (default: every op in the file)")
+    k.add_argument("--seed", type=int, default=0, help="seed of the generated test cases")
     k.add_argument("--cases", type=int, default=8, help="cases per dtype")
-    e = sub.add_parser("eval", help="evaluate one candidate kernel and print each stage")
-    e.add_argument("spec")
-    e.add_argument("--op")
-    e.add_argument("--backend", required=True)
-    e.add_argument("--genome", help="JSON object of genes (default genome when omitted)")
-    e.add_argument("--source", help="a kernel source file to evaluate instead of rendering")
-    e.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+
+    e = command("eval", "evaluate one candidate kernel and print each stage")
+    e.add_argument("spec", help="a .kspec file")
+    e.add_argument("--op", help="the op to evaluate (default: the file's only op)")
+    e.add_argument("--backend", required=True, help="the backend that renders the kernel")
+    e.add_argument("--genome", help="JSON object of genes (default: the backend's default "
+                                    "genome)")
+    e.add_argument("--source", metavar="FILE",
+                   help="a kernel source file to evaluate instead of rendering one")
+    e.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where to run and time the kernel")
     e.add_argument("--no-time", action="store_true", help="check correctness only")
-    r = sub.add_parser("search", help="search for fast kernels for an op")
-    r.add_argument("spec")
+
+    r = command("search", "search for fast kernels for an op")
+    r.add_argument("spec", help="a .kspec file")
     _search_options(r)
-    r.add_argument("--out", help="run directory (default runs/OP-POLICY-SEED)")
-    r.add_argument("--cache", help="measurement cache shared between runs")
+    r.add_argument("--out", metavar="DIR",
+                   help="the run directory to create (default: runs/SPEC-POLICY-SEED, with "
+                        "-2, -3, ... when taken)")
+    r.add_argument("--cache", metavar="FILE",
+                   help="a measurement cache (SQLite file) shared between runs (default: "
+                        "DIR/cache.sqlite, the run's own)")
 
-    m = sub.add_parser("resume", help="continue a stopped run")
-    m.add_argument("run")
-    m.add_argument("--budget", type=int)
-    m.add_argument("--quiet", action="store_true")
+    m = command("resume", "continue a stopped run, or extend a finished one")
+    m.add_argument("run", help="the run directory")
+    m.add_argument("--budget", type=int, metavar="N",
+                   help="evaluate N more candidates beyond those recorded (default: go on "
+                        "to the budget the run was started with)")
+    m.add_argument("--quiet", action="store_true", help="log lines instead of a live display")
 
-    c = sub.add_parser("compare", help="pit search policies against each other")
-    c.add_argument("spec")
+    c = command("compare", "pit search policies against each other")
+    c.add_argument("spec", help="a .kspec file")
     _search_options(c, compare=True)
-    c.add_argument("--policies", default="mcts,greedy,random,evolution")
+    c.add_argument("--policies", default="mcts,greedy,random,evolution",
+                   help="policies to compare, joined by commas")
     c.add_argument("--seeds", default="0-4", help="a range 0-4 or a list 0,1,2")
-    c.add_argument("--out", required=True)
+    c.add_argument("--out", required=True, metavar="DIR",
+                   help="a directory for the runs (one per policy and seed), their shared "
+                        "cache, compare.json and compare.png; a run already there is reused")
 
-    k2 = sub.add_parser("knowledge", help="what kdsl has learned, and its notes")
-    k2.add_argument("action", choices=("show", "notes"))
-    k2.add_argument("--path", help="the learned-knowledge store (default: the user's)")
+    k2 = command("knowledge", "what kdsl has learned, and its notes")
+    k2.add_argument("action", choices=("show", "notes"),
+                    help="show: what earlier runs learned; notes: list the hardware notes")
+    k2.add_argument("--path", metavar="FILE",
+                    help="the learned-knowledge store (default: $KDSL_KNOWLEDGE_DIR/"
+                         "learned.json, else ~/.local/share/kdsl/learned.json)")
 
-    x = sub.add_parser("export", help="write a run's best kernel as a standalone module")
-    x.add_argument("run")
-    x.add_argument("--out", required=True)
-    x.add_argument("--format", choices=("module", "kernelbench"), default="module")
+    x = command("export", "write a run's best kernel as a standalone module")
+    x.add_argument("run", help="the run directory")
+    x.add_argument("--out", required=True, metavar="FILE",
+                   help="the Python file to write (a file, not a directory; its directory "
+                        "must exist)")
+    x.add_argument("--format", choices=("module", "kernelbench"), default="module",
+                   help="module: a run() function; kernelbench: a KernelBench ModelNew")
+    # more subcommands (kdsl import) are added here
     return p
 
 
 def _search_options(p, compare: bool = False) -> None:
-    p.add_argument("--op")
+    p.add_argument("--op", help="the op to search (default: the file's only op)")
     p.add_argument("--backend", default="c", help="a backend, or several joined by commas")
     if not compare:
-        p.add_argument("--policy", default="mcts")
-        p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget", type=int, default=None)
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--executor", choices=("inline", "pool", "ray"), default="pool")
-    p.add_argument("--ray-address", help="(ray) address of a running cluster")
+        p.add_argument("--policy", default="mcts",
+                       help="search policy: mcts, greedy, random or evolution")
+        p.add_argument("--seed", type=int, default=0, metavar="N",
+                       help="seed of every random choice")
+    p.add_argument("--budget", type=_positive, default=SEARCH_BUDGET, metavar="N",
+                   help="candidates to evaluate" + (" per run" if compare else ""))
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="evaluations run at once")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where kernels run and are timed")
+    p.add_argument("--baseline", choices=("auto", "eager", "compile"), default="auto",
+                   help="what speedups are measured against: the spec's torch baseline, run "
+                        "eagerly or under torch.compile; auto is torch.compile on cuda and "
+                        "eager on cpu")
+    p.add_argument("--executor", choices=("inline", "pool", "ray"), default="pool",
+                   help="where evaluations run: in this process (inline), in local worker "
+                        "processes (pool) or on a Ray cluster")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="(ray) address of a running cluster (default: start a local one)")
     p.add_argument("--quiet", action="store_true", help="log lines instead of a live display")
     p.add_argument("--llm", choices=("auto", "off", "anthropic", "replay"), default="auto",
-                   help="LLM operators (auto: anthropic when ANTHROPIC_API_KEY is set)")
-    p.add_argument("--model", default="claude-sonnet-4-5")
-    p.add_argument("--max-llm-calls", type=int)
-    p.add_argument("--llm-repairs", type=int, default=2, help="repair attempts per failed child")
+                   help="LLM operators; auto is anthropic when ANTHROPIC_API_KEY is set, "
+                        "else off")
+    p.add_argument("--model", default="claude-sonnet-4-5", help="(LLM) the model to ask")
+    p.add_argument("--max-llm-calls", type=int, metavar="N",
+                   help="(LLM) calls a run may make (default: no limit)")
+    p.add_argument("--llm-repairs", type=int, default=2, metavar="N",
+                   help="(LLM) repair attempts per failed child")
     p.add_argument("--llm-call-timeout", type=_seconds, default=300.0, metavar="SECONDS",
                    help="deadline of one LLM call, its retries and their waits included; a "
-                        "call that reaches it is a failed child (default: 300)")
+                        "call that reaches it is a failed child")
     p.add_argument("--llm-run-budget", type=_seconds_or_none, default=3600.0,
                    metavar="SECONDS",
                    help="seconds a run may spend waiting on LLM calls in all; when they are "
-                        "spent the search goes on without LLM operators ('none': no limit; "
-                        "default: 3600)")
-    p.add_argument("--replay-from", help="(--llm replay) the run whose exchanges to replay")
+                        "spent the search goes on without LLM operators ('none': no limit)")
+    p.add_argument("--replay-from", metavar="RUN",
+                   help="(--llm replay) the run (or exchanges file) whose exchanges to replay")
     p.add_argument("--no-priors", action="store_true",
                    help="ignore what earlier runs learned about operator weights")
     p.add_argument("--no-stored", action="store_true",
                    help="start from the backend's defaults, not the best genome in specs/genomes/")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _seconds(text: str) -> float:
@@ -118,7 +190,7 @@ def _seconds_or_none(text: str) -> float | None:
 
 def main(argv=None) -> int:
     try:
-        args = _build().parse_args(argv)
+        args = _build().parse_args(argv)  # --help and --version exit (SystemExit, code 0)
         from . import commands
         return getattr(commands, f"cmd_{args.command}")(args)
     except UsageError as e:

@@ -47,7 +47,10 @@ def cmd_show(args) -> int:
     from pathlib import Path
     if Path(args.file).is_dir():
         from kdsl.search.show_run import show_run
-        return show_run(args.file, args.plot)
+        return show_run(args.file, args.plot, as_json=args.json, top=args.top)
+    if args.json or args.top or args.plot:
+        flag = "--json" if args.json else "--top" if args.top else "--plot"
+        raise UsageError(f"{flag} is for run directories, and {args.file} is not one")
     op = _load_op(args.file, args.op) if args.op else None
     ops = [op] if op else spec_mod.load(args.file).ops
     print("\n\n".join(format_op(o) for o in ops))

@@ -4,17 +4,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from kdsl.cli import SEARCH_BUDGET
 from kdsl.errors import UsageError
 
 from . import runs
 from .display import LiveDisplay, LogDisplay
+from .engine import Display, Stats
 from .jobs import SEARCH_SLOW_CUTOFF, EvalConfig
 from .llm.setup import resolve_mode
 from .operators import FatalOperatorError
 from .runstore import RunError
 from .settings import SearchSettings
 
-DEFAULT_BUDGET = 30  # about a minute for the c backend on a 2-core machine
+DEFAULT_BUDGET = SEARCH_BUDGET  # about a minute for the c backend on a 2-core machine
 
 
 def settings_from(args, policy: str, seed: int) -> SearchSettings:
@@ -34,7 +36,8 @@ def settings_from(args, policy: str, seed: int) -> SearchSettings:
                           llm_run_budget_s=args.llm_run_budget,
                           replay_from=args.replay_from, use_priors=not args.no_priors,
                           use_stored=not args.no_stored,
-                          eval=EvalConfig(device=args.device, slow_cutoff=SEARCH_SLOW_CUTOFF))
+                          eval=EvalConfig(device=args.device, slow_cutoff=SEARCH_SLOW_CUTOFF,
+                                          baseline=getattr(args, "baseline", None) or "auto"))
 
 
 def display_for(args, title: str):
@@ -43,7 +46,9 @@ def display_for(args, title: str):
     return LiveDisplay(title)
 
 
-def report(store, summary: dict) -> None:
+def report(store, summary: dict, recorded: int | None = None) -> None:
+    """The run's outcome on stdout; ``recorded``: how many of its evaluations a resume
+    found already done (replayed, not run again)."""
     best = summary.get("best")
     print(f"run: {store.root}")
     if best:
@@ -52,11 +57,48 @@ def report(store, summary: dict) -> None:
               f"{summary['baseline']['time_ms']:.4g} ms) -> {store.root / best['source_path']}")
     else:
         print("best: no correct kernel yet")
-    print(f"evaluations: {summary['evaluations']}, failures: {summary['failures']}, "
+    n = summary["evaluations"]
+    done = f"{n}" if recorded is None else f"{n} ({recorded} recorded before, {n - recorded} new)"
+    print(f"evaluations: {done}, failures: {summary['failures']}, "
           f"{summary['elapsed_s']:.1f} s")
 
 
-def _finish(run_dir: str, go) -> int:
+class ResumeDisplay(Display):
+    """A resumed run first replays its recorded nodes: they are not shown as news. One
+    line says how many there were; only the evaluations made now are shown as such."""
+
+    def __init__(self, inner: Display, recorded: set, run: str = "RUN", stream=None):
+        self.inner, self.recorded, self.run = inner, recorded, run
+        self.stream = stream or sys.stderr
+        self.replayed = 0
+        self.announced = False
+
+    def start(self, stats: Stats) -> None:
+        more = max(stats.budget - len(self.recorded), 0)
+        print(f"resuming: {len(self.recorded)} evaluations recorded (replayed from the run, "
+              f"not run again), {more} more to run", file=self.stream, flush=True)
+        if not more:
+            print(f"the run has all {stats.budget} evaluations of its budget; "
+                  f"'kdsl resume {self.run} --budget N' runs N more", file=self.stream,
+                  flush=True)
+        self.inner.start(stats)
+
+    def update(self, stats: Stats, record: dict) -> None:
+        if record.get("id") in self.recorded:
+            self.replayed += 1
+            return
+        if not self.announced:
+            self.announced = True
+            best = f"; best so far {stats.best_speedup:.3f}x" if self.replayed else ""
+            print(f"replayed {self.replayed} recorded evaluations{best}; new evaluations "
+                  "follow", file=self.stream, flush=True)
+        self.inner.update(stats, record)
+
+    def stop(self, stats: Stats) -> None:
+        self.inner.stop(stats)
+
+
+def _finish(run_dir: str, go, recorded: int | None = None) -> int:
     """Run ``go()`` (a start or a resume) and report; the run is saved however it ends."""
     try:
         store, summary = go()
@@ -70,7 +112,7 @@ def _finish(run_dir: str, go) -> int:
     except RunError as e:  # records that no longer match what this kdsl does
         print(f"kdsl: error: {e}", file=sys.stderr)
         return 2
-    report(store, summary)
+    report(store, summary, recorded)
     return 0
 
 
@@ -88,5 +130,11 @@ def search(args) -> int:
 
 
 def resume(args) -> int:
-    display = display_for(args, f"resume {Path(args.run).name}")
-    return _finish(args.run, lambda: runs.resume(args.run, args.budget, display))
+    """``kdsl resume RUN [--budget N]``: N more evaluations, or on to the run's own budget."""
+    store, _ = runs.open_run(args.run)
+    recorded = {r["id"] for r in store.nodes}
+    store.close()
+    display = ResumeDisplay(display_for(args, f"resume {Path(args.run).name}"), recorded,
+                            args.run)
+    return _finish(args.run, lambda: runs.resume(args.run, display=display, more=args.budget),
+                   len(recorded))

@@ -198,12 +198,12 @@ def _engine(settings: SearchSettings, op: ir.Op, store: RunStore, cache_path,
             operators.weights[name] *= m
 
     def extras() -> dict:
-        out = {"operator_weights": operators.weights}
+        out = {"operator_weights": operators.weights, "environment": cache.env}
         out["llm"] = {"mode": settings.llm, "model": settings.model,
                       **session.client.usage.to_record()} if session else {"mode": "off"}
         return out
 
-    cache = MeasurementCache(cache_path)
+    cache = MeasurementCache(cache_path, settings.device, settings.backends)
     executor = executor or make_executor(settings)
     writer = SummaryWriter(store, settings, op, store.summary().get("elapsed_s") or 0.0,
                            extras)
@@ -278,9 +278,19 @@ def open_run(run_dir: str | Path) -> tuple[RunStore, SearchSettings]:
 
 
 def resume(run_dir: str | Path, budget: int | None = None, display: Display | None = None,
-           executor=None) -> tuple[RunStore, dict]:
+           executor=None, *, more: int | None = None) -> tuple[RunStore, dict]:
+    """Continue a run: its recorded nodes are replayed (not evaluated again), then the
+    search goes on. ``budget`` is the run's new total of evaluations, ``more`` the
+    number to evaluate beyond those recorded (``kdsl resume --budget N``); with
+    neither, the run goes on to the budget it was started with."""
     store, settings = open_run(run_dir)
-    if budget is not None:
+    if budget is not None and more is not None:
+        raise UsageError("give a total budget or a number more, not both")
+    if more is not None:
+        if more < 1:
+            raise UsageError(f"--budget must be at least 1, got {more}")
+        settings.budget = len(store.nodes) + more
+    elif budget is not None:
         if budget < 1:
             raise UsageError(f"--budget must be at least 1, got {budget}")
         settings.budget = budget
@@ -305,7 +315,7 @@ def repair_kernels(store: RunStore, settings: SearchSettings, op: ir.Op, cache_p
     damaged = store.damaged_kernels()
     if not damaged:
         return _refresh_best(store)
-    cache = MeasurementCache(cache_path)
+    cache = MeasurementCache(cache_path, settings.device, settings.backends)
     fixed = 0
     try:
         for r in damaged:
