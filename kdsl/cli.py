@@ -53,7 +53,8 @@ def _build() -> argparse.ArgumentParser:
     s.add_argument("--top", type=_positive, metavar="N",
                    help="(runs) list only the N fastest candidates (default: all, by id)")
     s.add_argument("--plot", metavar="FILE",
-                   help="(runs) draw best-so-far and the lineage tree to FILE (a .png file)")
+                   help="(runs) draw best-so-far and the lineage tree to FILE, a .png (default: "
+                        "no drawing)")
 
     k = command("cases", "list the test shapes of a spec")
     k.add_argument("file", help="a .kspec file")
@@ -68,7 +69,8 @@ def _build() -> argparse.ArgumentParser:
     e.add_argument("--genome", help="JSON object of genes (default: the backend's default "
                                     "genome)")
     e.add_argument("--source", metavar="FILE",
-                   help="a kernel source file to evaluate instead of rendering one")
+                   help="a kernel source file to evaluate (default: render one from the "
+                        "genome)")
     e.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where to run and time the kernel")
     e.add_argument("--no-time", action="store_true", help="check correctness only")
@@ -157,7 +159,8 @@ def _search_options(p, compare: bool = False) -> None:
                    help="seconds a run may spend waiting on LLM calls in all; when they are "
                         "spent the search goes on without LLM operators ('none': no limit)")
     p.add_argument("--replay-from", metavar="RUN",
-                   help="(--llm replay) the run (or exchanges file) whose exchanges to replay")
+                   help="(--llm replay) the run (or exchanges file) whose exchanges to replay "
+                        "(default: none; --llm replay needs it)")
     p.add_argument("--no-priors", action="store_true",
                    help="ignore what earlier runs learned about operator weights")
     p.add_argument("--no-stored", action="store_true",
