@@ -65,23 +65,35 @@ def plan(op: ir.Op) -> DimPlan:
                 rules.append(rule)
                 found.add(rule.dim)
     conditions = op.test.conditions if op.test else ()
-    progress = True
-    while progress:  # a solved dim may let another equality be solved
-        progress = False
-        for c in conditions:
-            rule = _from_equality(c, found, set(op.dims))
-            if rule:
-                rules.append(rule)
-                found.add(rule.dim)
-                progress = True
-    passed = tuple(d for d in op.dims if d not in found)
+    passed: list[str] = []
+    while True:
+        _solve(conditions, rules, found, set(op.dims))
+        left = [d for d in op.dims if d not in found]
+        if not left:
+            break
+        # the first dim nothing gives is the caller's; it may let an equality be solved
+        # (conv1d's padding P given, LO == L + 2 * P - KW + 1 follows)
+        passed.append(left[0])
+        found.add(left[0])
     checks = []
     for c in conditions:
         try:
             checks.append((format_expr(c), py(c)))
         except NotPython:  # not a size condition this module can test; the kernel decides
             continue
-    return DimPlan(tuple(rules), passed, tuple(checks))
+    return DimPlan(tuple(rules), tuple(passed), tuple(checks))
+
+
+def _solve(conditions, rules: list[Rule], found: set[str], dims: set[str]) -> None:
+    progress = True
+    while progress:  # a solved dim may let another equality be solved
+        progress = False
+        for c in conditions:
+            rule = _from_equality(c, found, dims)
+            if rule:
+                rules.append(rule)
+                found.add(rule.dim)
+                progress = True
 
 
 def _from_axis(tensor: str, axis: int, e: ir.Expr) -> Rule | None:

@@ -63,8 +63,7 @@ RUNTIME = '''
 # pass over each such input: a bad index would read out of bounds); False skips that
 CHECK_VALUES = True
 
-_TORCH_TO_DT = {torch_name: dt for dt, row in DTYPES.items()
-                for torch_name in [row[TYPE_VAR]] if TYPE_VAR}
+_TORCH_TO_DT = {row[TYPE_VAR]: dt for dt, row in DTYPES.items()} if TYPE_VAR else {}
 
 
 def _dtype_name(dtype):
