@@ -112,10 +112,11 @@ def _build() -> argparse.ArgumentParser:
     x = command("export", "write a run's best kernel as a standalone module")
     x.add_argument("run", help="the run directory")
     x.add_argument("--out", required=True, metavar="FILE",
-                   help="the Python file to write (a file, not a directory; its directory "
-                        "must exist)")
+                   help="the Python file to write: a file name, not a directory (unlike "
+                        "search's and compare's --out); missing directories are made")
     x.add_argument("--format", choices=("module", "kernelbench"), default="module",
-                   help="module: a run() function; kernelbench: a KernelBench ModelNew")
+                   help="module: a torch op and a run() function; kernelbench: a "
+                        "KernelBench ModelNew")
     # more subcommands (kdsl import) are added here
     return p
 

@@ -169,17 +169,21 @@ def _candidates_table(rows: list[dict], top: int | None) -> Table:
         shown = sorted((r for r in rows if r["ok"]), key=lambda r: (-r["speedup"], r["id"]))
         shown = shown[:top]
         title = f"the {len(shown)} fastest of {len(rows)} candidates"
+    cells = [(str(r["id"]), ",".join(map(str, r["parents"])) or "-", str(r["operator"]),
+              str(r["backend"] or "-"), "ok" if r["ok"] else f"failed: {r['stage']}",
+              _ms(r["time_ms"]) if r["ok"] else "-", _x(r["speedup"]) if r["ok"] else "-")
+             for r in shown]
     t = Table(title=title)
-    for col, right in (("id", True), ("parent", True), ("operator", False),
-                       ("backend", False), ("result", False), ("time", True),
-                       ("speedup", True)):
-        t.add_column(col, justify="right" if right else "left", no_wrap=True)
-    for r in shown:
+    # figures are never cut short: a narrow terminal wraps the words instead
+    for i, (col, figure) in enumerate((("id", True), ("parent", False), ("operator", False),
+                                       ("backend", False), ("stage/ok", False),
+                                       ("time", True), ("speedup", True))):
+        width = max([len(col)] + [len(c[i]) for c in cells]) if figure else None
+        t.add_column(col, justify="right" if figure else "left", no_wrap=figure,
+                     min_width=width, overflow="fold")
+    for r, row in zip(shown, cells):
         style = "bold green" if r["best"] else "green" if r["on_best_lineage"] else None
-        t.add_row(str(r["id"]), ",".join(map(str, r["parents"])) or "-", str(r["operator"]),
-                  str(r["backend"] or "-"), "ok" if r["ok"] else f"failed ({r['stage']})",
-                  _ms(r["time_ms"]) if r["ok"] else "-",
-                  _x(r["speedup"]) if r["ok"] else "-", style=style)
+        t.add_row(*row, style=style)
     return t
 
 
