@@ -1,0 +1,79 @@
+"""The baseline: the module's traced graph, before decomposition, as one torch expression.
+
+The graph's ATen calls (``aten.conv2d``, ``aten.linear``, ``aten.mish``: the kernels eager
+PyTorch runs for the module) nest into one expression on the spec's input names and dims,
+so it runs at any size and on any device the spec is checked or timed on.
+
+A node read twice is written twice (so computed twice): the checker accepts no name a
+baseline binds itself (``:=``), so the graph cannot share it.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+
+from . import symbolic
+from .errors import ImportFailure
+
+DROPPED_KWARGS = ("layout", "pin_memory", "memory_format")
+MAX_BASELINE_CHARS = 20000
+
+
+def baseline(eager, input_names: dict, printer: symbolic.Printer) -> str:
+    """``input_names``: the module attribute (parameters, buffers) or argument name of each
+    input -> its spec name."""
+    sig = eager.graph_signature
+    names = {}
+    for s in sig.input_specs:
+        key = s.arg.name if s.kind.name == "USER_INPUT" else s.target
+        if key in input_names:
+            names[s.arg.name] = input_names[key]
+    device_of = next(iter(input_names.values()), None)
+    texts: dict[str, str] = dict(names)
+    for node in eager.graph.nodes:
+        if node.op != "call_function":
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, (torch.Tensor, tuple, list)):
+            continue  # a size: written where it is used, in the spec's dims
+        if node.target is operator.getitem:
+            texts[node.name] = f"{_arg(node.args[0], texts, printer, device_of)}[{node.args[1]}]"
+            continue
+        args = [_arg(a, texts, printer, device_of) for a in node.args]
+        args += [f"{k}={_arg(v, texts, printer, device_of)}" for k, v in node.kwargs.items()
+                 if k not in DROPPED_KWARGS]
+        texts[node.name] = f"torch.ops.{node.target}({', '.join(args)})"
+    out = next(n for n in eager.graph.nodes if n.op == "output")
+    results = list(out.args[0])[-len(sig.user_outputs):]
+    parts = [_arg(r, texts, printer, device_of) for r in results]
+    text = parts[0] if len(parts) == 1 else f"({', '.join(parts)})"
+    if len(text) > MAX_BASELINE_CHARS:
+        raise ImportFailure(f"the baseline expression grows past {MAX_BASELINE_CHARS} characters "
+                            "(a value read many times is written out each time)")
+    return text
+
+
+def _arg(a, texts, printer, device_of) -> str:
+    import torch.fx
+    if isinstance(a, torch.fx.Node):
+        if a.name in texts:
+            return texts[a.name]
+        val = a.meta.get("val")
+        if isinstance(val, (torch.SymInt, int)):
+            return printer(symbolic.expr_of(val))
+        raise ImportFailure(f"the baseline cannot write the value of node {a.name}")
+    if isinstance(a, (list, tuple)):
+        return f"[{', '.join(_arg(x, texts, printer, device_of) for x in a)}]"
+    if isinstance(a, torch.dtype):
+        return str(a)
+    if isinstance(a, torch.device):
+        return f"{device_of}.device" if device_of else "None"
+    if isinstance(a, float):
+        if math.isinf(a):
+            return "math.inf" if a > 0 else "-math.inf"
+        return "math.nan" if math.isnan(a) else repr(a)
+    if isinstance(a, torch.SymInt):
+        return printer(symbolic.expr_of(a))
+    return repr(a)
