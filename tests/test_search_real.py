@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 
 import pytest
 import torch
@@ -57,19 +58,34 @@ def test_a_real_search_is_at_least_as_fast_as_the_default(run_dir):
 
 
 @pytest.mark.parametrize("fmt", ["module", "kernelbench"])
-def test_export_gives_a_standalone_module(run_dir, tmp_path, fmt):
+def test_export_gives_a_standalone_torch_op(run_dir, tmp_path, fmt):
     path, _, _ = run_dir
-    out = tmp_path / f"exported_{fmt}.py"
+    out = tmp_path / "not" / "yet" / f"exported_{fmt}.py"  # a missing directory is made
     assert main(["export", str(path), "--out", str(out), "--format", fmt]) == 0
     text = out.read_text()
     assert "import kdsl" not in text and "from kdsl" not in text
-    spec = importlib.util.spec_from_file_location(f"exported_{fmt}", out)
+    name = f"kdsl_test_real_exported_{fmt}"
+    spec = importlib.util.spec_from_file_location(name, out)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # torch.compile looks the module up by name
     spec.loader.exec_module(mod)
-    x, w = torch.randn(37, 300), torch.randn(300)
-    y = mod.ModelNew()(x, w) if fmt == "kernelbench" else mod.run(x, w)
+    x, w = torch.randn(37, 300), torch.randn(300)  # not the bench point (256 x 512)
+    call = mod.ModelNew() if fmt == "kernelbench" else mod.run
     ref = torch.nn.functional.rms_norm(x, (300,), w, eps=1e-6)
-    assert torch.allclose(y, ref, rtol=1e-4, atol=1e-4)
+    assert torch.allclose(call(x, w), ref, rtol=1e-4, atol=1e-4)
+    torch._dynamo.reset()
+    compiled = torch.compile(call, fullgraph=True, backend="eager")
+    assert torch.allclose(compiled(x, w), ref, rtol=1e-4, atol=1e-4)
+    with pytest.raises(TypeError, match="input 'x' is float16"):
+        call(x.half(), w.half())
+
+
+def test_export_into_a_path_through_a_file_is_one_line(run_dir, tmp_path, capsys):
+    path, _, _ = run_dir
+    (tmp_path / "afile").write_text("")
+    assert main(["export", str(path), "--out", str(tmp_path / "afile" / "k.py")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_summary_names_everything(run_dir):
