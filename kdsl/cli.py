@@ -30,6 +30,15 @@ class _Help(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+HelpFormatter = _Help  # for subcommands defined in other modules
+
+
+def subcommand(sub, name: str, text: str) -> argparse.ArgumentParser:
+    """A subcommand whose help shows each option's default; every option needs ``help=``
+    (tests/test_cli_polish.py checks all of them)."""
+    return sub.add_parser(name, help=text, description=text, formatter_class=_Help)
+
+
 def _build() -> argparse.ArgumentParser:
     p = _Parser(prog="kdsl", description="Search for fast, correct compute kernels.",
                 formatter_class=_Help)
@@ -38,7 +47,7 @@ def _build() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=text, description=text, formatter_class=_Help)
+        return subcommand(sub, name, text)
 
     c = command("check", "parse, check and verify the baseline of specs")
     c.add_argument("files", nargs="+", help=".kspec files to check")
@@ -117,7 +126,7 @@ def _build() -> argparse.ArgumentParser:
     x.add_argument("--format", choices=("module", "kernelbench"), default="module",
                    help="module: a torch op and a run() function; kernelbench: a "
                         "KernelBench ModelNew")
-    # more subcommands (kdsl import) are added here
+    # more subcommands (kdsl import) are added here, each made by subcommand(sub, ...)
     return p
 
 
