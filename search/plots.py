@@ -1,14 +1,28 @@
-"""Figures of runs: best-so-far curves and the lineage tree (matplotlib, no display)."""
+"""Figures of runs: best-so-far curves and the lineage tree (matplotlib, no display).
+
+matplotlib is the ``plot`` extra: imported when a figure is drawn, and ``require()`` lets a
+command refuse ``--plot`` before its work when it is missing.
+"""
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from kdsl import extras
 
-from . import lineage  # noqa: E402
-from .policies.base import ROOT  # noqa: E402
+from . import lineage
+from .policies.base import ROOT
+
+
+def require() -> None:
+    extras.require("--plot", "matplotlib")
+
+
+def _pyplot():
+    require()
+    import matplotlib
+    matplotlib.use("Agg")  # files only, never a display
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def _tree_layout(g) -> dict:
@@ -32,6 +46,7 @@ def _tree_layout(g) -> dict:
 
 
 def run_figure(nodes: list[dict], path: str, title: str = "") -> None:
+    plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
     curve = lineage.best_so_far(nodes)
     ax1.plot(range(1, len(curve) + 1), curve, drawstyle="steps-post")
@@ -61,6 +76,7 @@ def run_figure(nodes: list[dict], path: str, title: str = "") -> None:
 
 def compare_figure(curves: dict[str, list[list[float]]], path: str, title: str = "") -> None:
     """Mean best-so-far per policy with its min-max spread over seeds."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for policy, runs in curves.items():
         n = max(len(r) for r in runs)

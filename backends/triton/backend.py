@@ -23,7 +23,7 @@ import re
 import traceback
 from functools import lru_cache
 
-from kdsl import ir
+from kdsl import extras, ir
 
 from kdsl.backends.base import BuildError, Built, Gene, Genome, Space, Unsupported
 from kdsl.backends.triton.kernel import divisor_dims, module
@@ -65,6 +65,8 @@ class TritonBackend:
 
     # ---- capability ----
     def available(self, device: str) -> bool:
+        if not extras.installed("triton"):
+            return False
         if device == "cuda":
             try:
                 import torch
@@ -76,7 +78,7 @@ class TritonBackend:
     def supports(self, op: ir.Op, device: str) -> str | None:
         if device not in self.devices:
             return f"the triton backend runs on {' and '.join(self.devices)}, not {device}"
-        return _refusal(op, device)
+        return extras.missing("it", "triton") or _refusal(op, device)
 
     # ---- search space ----
     def space(self, op: ir.Op, device: str) -> Space:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kdsl import ir
+from kdsl import extras, ir
 from kdsl.errors import UsageError
 
 from ..files import atomic_write
@@ -16,6 +16,9 @@ from .operators import LLMSession, install
 
 EXCHANGES = "llm_exchanges.msgpack"
 KEY_VARIABLE = "ANTHROPIC_API_KEY"
+# the llm extra: the SDK to call, BM25 to pick the notes a prompt carries (a replay rebuilds
+# the same prompts to find the recorded replies, so it needs the notes too)
+NEEDS = {"anthropic": ("anthropic", "bm25s"), "replay": ("bm25s",)}
 
 
 def api_key() -> str | None:
@@ -23,14 +26,22 @@ def api_key() -> str | None:
     return os.environ.get(KEY_VARIABLE) or None
 
 
+def require(mode: str) -> None:
+    """A UsageError naming the extra to install when ``mode`` needs packages not here."""
+    extras.require(f"--llm {mode}", *NEEDS.get(mode, ()))
+
+
 def resolve_mode(requested: str | None) -> str:
-    """'auto' (the CLI default) is anthropic when a key is set and off otherwise."""
+    """'auto' (the CLI default) is anthropic when a key is set and the llm extra is
+    installed, and off otherwise."""
     if requested in (None, "auto"):
-        return "anthropic" if api_key() else "off"
+        usable = api_key() and all(extras.installed(m) for m in NEEDS["anthropic"])
+        return "anthropic" if usable else "off"
     if requested == "anthropic" and not api_key():
         raise UsageError(f"--llm anthropic needs {KEY_VARIABLE} in the environment")
     if requested not in ("off", "anthropic", "replay"):
         raise UsageError(f"unknown --llm '{requested}'; known: off, anthropic, replay")
+    require(requested)
     return requested
 
 
@@ -56,6 +67,7 @@ def configure(settings: SearchSettings, op: ir.Op, ctx: Context, operators: Oper
               languages: dict[str, str], run_dir: Path) -> LLMSession | None:
     if settings.llm == "off":
         return None
+    require(settings.llm)  # a resumed run's mode is not resolved again
     if settings.llm == "replay":
         client = ReplayClient(settings.model, _replay_log(settings, run_dir),
                               max_calls=settings.max_llm_calls)
