@@ -143,10 +143,7 @@ def _search_options(p, compare: bool = False) -> None:
     p.add_argument("--workers", type=int, default=1, metavar="N", help="evaluations run at once")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where kernels run and are timed")
-    p.add_argument("--baseline", choices=("auto", "eager", "compile"), default="auto",
-                   help="what speedups are measured against: the spec's torch baseline, run "
-                        "eagerly or under torch.compile; auto is torch.compile on cuda and "
-                        "eager on cpu")
+    _baseline_option(p)
     p.add_argument("--executor", choices=("inline", "pool", "ray"), default="pool",
                    help="where evaluations run: in this process (inline), in local worker "
                         "processes (pool) or on a Ray cluster")
@@ -175,6 +172,13 @@ def _search_options(p, compare: bool = False) -> None:
                    help="ignore what earlier runs learned about operator weights")
     p.add_argument("--no-stored", action="store_true",
                    help="start from the backend's defaults, not the best genome in specs/genomes/")
+
+
+def _baseline_option(p) -> None:
+    p.add_argument("--baseline", choices=("auto", "eager", "compile"), default="auto",
+                   help="what speedups are measured against: the spec's torch baseline, run "
+                        "eagerly or under torch.compile; auto is torch.compile on cuda and "
+                        "eager on cpu")
 
 
 def _positive(text: str) -> int:
