@@ -236,3 +236,31 @@ def test_the_spare_candidate_process_is_stopped_while_a_cpu_is_timed():
         assert stopped(box, False)
     finally:
         sandbox.stop_spares()
+
+
+def test_the_forkserver_preloads_nothing_bound_to_a_device():
+    """Triton decides at each decoration whether to interpret: imported in the server it
+    would be decorated in the judge's environment, not the candidate's."""
+    import subprocess
+    import sys
+
+    from kdsl.search.eval import zygote
+    code = (f"import sys\nfor m in {zygote.PRELOAD!r}: __import__(m)\n"
+            f"print([m for m in {zygote.DEVICE_BOUND!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_candidate_processes_are_forked_from_the_server_not_the_judge():
+    from kdsl.search.eval import sandbox
+    box = sandbox.Sandbox("cpu", None)
+    try:
+        box.ready()
+        with open(f"/proc/{box.process.pid}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        assert parent != os.getpid()
+        with open(f"/proc/{parent}/cmdline", "rb") as f:
+            assert b"forkserver" in f.read()
+    finally:
+        box.stop()

@@ -1,7 +1,7 @@
 """The candidate process: one candidate's code, run on tensors the judge owns.
 
-Started by ``sandbox`` (spawn, never fork) for one candidate only, and never given
-another. It holds nothing worth attacking: no reference, no oracle, no judge, no
+Started by ``sandbox`` for one candidate only, forked from a clean server that has
+imported torch (``zygote``), and never given another. It holds nothing worth attacking: no reference, no oracle, no judge, no
 baseline. Its environment is fixed before anything heavy is imported (like the
 judge's worker: ``TRITON_INTERPRET=1`` and no GPU for 'cpu'); this module uses only
 the standard library at its top for that reason.
@@ -45,6 +45,10 @@ def environment(device: str) -> dict[str, str | None]:
 
 
 def main(conn, device: str, memory_mb: int | None, log_path: str) -> None:
+    from .zygote import check
+    refused = check()
+    if refused:
+        raise SystemExit(refused)
     for name, value in environment(device).items():
         if value is None:
             os.environ.pop(name, None)
@@ -89,14 +93,15 @@ def main(conn, device: str, memory_mb: int | None, log_path: str) -> None:
 
 def _warm(device: str, torch) -> None:
     """What every candidate's build would otherwise wait for, done while this process is
-    still the spare: the backends and Triton imported, the CUDA context made."""
+    still the spare: the backends imported; on a GPU, Triton and the CUDA context. (On the
+    CPU, C candidates never need Triton: an interpreted Triton build imports it itself.)"""
     import kdsl.backends  # noqa: F401
-    try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
-    except ImportError:  # a machine without triton runs the other backends
-        pass
     if device == "cuda":
+        try:
+            import triton  # noqa: F401
+            import triton.language  # noqa: F401
+        except ImportError:  # a machine without triton runs the other backends
+            pass
         torch.cuda.init()
         torch.empty(1, device="cuda")
 

@@ -1,9 +1,10 @@
 """The judge's side of the candidate process: start it, send it work, read its verdicts.
 
 A ``Sandbox`` is one candidate process (``candidate_main``), used for one candidate
-and then stopped. Starting one costs an interpreter, torch and a CUDA context (3-5 s on
-the H200 host), so the judge keeps one spare started ahead: ``open_sandbox`` takes it
-and starts the next, which then gets ready while this evaluation runs.
+and then stopped. It is forked from a server that has imported torch (``zygote``); what
+is left to it (the backends, and on a GPU Triton and a CUDA context, 1-3 s on the H200
+host) is done ahead: the judge keeps one spare started, ``open_sandbox`` takes it and
+starts the next, which then gets ready while this evaluation runs.
 
 ``RemoteKernel`` is the candidate as the correctness and timing stages see it: a
 callable ``kernel(ins, outs, sizes)`` plus ``time`` and ``batch``. The judge's own
@@ -23,7 +24,7 @@ import signal
 import tempfile
 import time
 
-from . import candidate_main, confine
+from . import candidate_main, confine, zygote
 
 READY_TIMEOUT_S = 300.0
 ARENA_MAX_BYTES = 256 << 20  # cases up to this size go through the arena
@@ -39,7 +40,7 @@ class CandidateFault(Exception):
 class Sandbox:
     def __init__(self, device: str, memory_mb: int | None):
         self.device, self.memory_mb = device, memory_mb
-        self._ctx = mp.get_context("spawn")
+        self._ctx = zygote.context()
         fd, self.log_path = tempfile.mkstemp(prefix="kdsl-candidate-", suffix=".log")
         os.close(fd)
         self.conn, child = self._ctx.Pipe()
