@@ -186,6 +186,12 @@ def test_int32_indices_and_bad_offsets_are_refused(tmp_path):
         mod.run(table, torch.tensor([1, 2, 9, 3]), torch.tensor([0, 3, 2, 4]))
 
 
+def test_empty_jagged_inputs(tmp_path):
+    mod = exported(library_op("jagged_to_padded_dense"), tmp_path, "module")
+    y = mod.run(torch.randn(0, 200), torch.zeros(4, dtype=torch.int64), T=5)
+    assert y.shape == (3, 5, 200) and not y.any()
+
+
 def test_sizes_that_break_the_specs_conditions_are_refused(tmp_path):
     mod = exported(library_op("topk_rows"), tmp_path, "module")
     with pytest.raises(ValueError, match="break the op's condition K <= N"):

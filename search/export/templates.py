@@ -46,12 +46,20 @@ def _lib():
     return _LIB
 
 
+def _empty_buffer(t):
+    """Zeros standing in for a zero-element tensor (which may have no storage): a clamped
+    read still touches one row of it, each empty axis counted as one."""
+    n = t.element_size()
+    for size in t.shape:
+        n *= max(int(size), 1)
+    return _torch.zeros(max(n, 64), dtype=_torch.uint8)
+
+
 def kernel(inputs, outputs, sizes):
     fn = getattr(_lib(), "kdsl_" + _pick_dtype(inputs))
     fn.argtypes, fn.restype = [_ctypes.c_void_p, _ctypes.c_void_p], None
     keep = [inputs[n].contiguous() for n in INPUTS] + [outputs[n] for n in OUTPUTS]
-    # a zero-element tensor may have no storage; clamped reads still touch one row
-    keep = [t if t.numel() else _torch.zeros(64, dtype=_torch.uint8) for t in keep]
+    keep = [t if t.numel() else _empty_buffer(t) for t in keep]
     ptrs = (_ctypes.c_void_p * len(keep))(*[t.data_ptr() for t in keep])
     dims = (_ctypes.c_int64 * max(len(DIMS), 1))(*[int(sizes[d]) for d in DIMS])
     fn(ptrs, dims)
