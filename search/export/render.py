@@ -10,6 +10,7 @@ asking for a gradient raises "kdsl export: no backward for OP".
 from __future__ import annotations
 
 import hashlib
+import textwrap
 from dataclasses import dataclass
 
 from kdsl import dtypes, ir
@@ -41,7 +42,7 @@ def op_name(kernel: Kernel) -> str:
 def module_text(kernel: Kernel, kernelbench: bool = False) -> str:
     op = kernel.op
     plan = dims_mod.plan(op)
-    body = f"C_SOURCE = {kernel.source!r}\n" + C_LOADER if kernel.language == "c" \
+    body = f"C_SOURCE = {_c_text(kernel.source)}\n" + C_LOADER if kernel.language == "c" \
         else kernel.source
     parts = [_docstring(kernel, plan), body,
              "\n\n# ---- the op's facts, from its spec ----\n", _facts(kernel, plan),
@@ -51,19 +52,25 @@ def module_text(kernel: Kernel, kernelbench: bool = False) -> str:
     return "".join(parts)
 
 
+def _c_text(source: str) -> str:
+    """The C source as a readable raw string literal where it can be one, else repr."""
+    if "'''" in source or source.endswith(("\\", "'")) or "\r" in source:
+        return repr(source)
+    return "r'''" + source + "'''"
+
+
 def _docstring(k: Kernel, plan: dims_mod.DimPlan) -> str:
     op = k.op
     args = ", ".join([t.name for t in op.inputs] + [f"{d}=..." for d in plan.passed])
     outs = ", ".join(t.name for t in op.outputs)
     takes = " | ".join(dtypes.TORCH[d] for d in op.dtype_choices)
+    about = (f"runs it as the torch op torch.ops.{NAMESPACE}.{op_name(k)} ({k.device} tensors, "
+             f"{takes}); it works under torch.compile(fullgraph=True). Inputs are checked "
+             "(dtype, device, shapes) with errors naming the input; non-contiguous inputs are "
+             "copied. Gradients go through torch autograd on the spec's baseline expression "
+             "where it is plain torch; elsewhere backward raises \"kdsl export: no backward\".")
     return (f'"""{op.name}: a kernel exported by kdsl ({k.note}).\n\n'
-            f"    {outs} = run({args})\n\n"
-            f"runs it as the torch op torch.ops.{NAMESPACE}.{op_name(k)} ({k.device} tensors, "
-            f"{takes}); it works under torch.compile(fullgraph=True). Inputs are checked "
-            "(dtype, device, shapes) with errors naming the input; non-contiguous inputs are "
-            "copied. Gradients go through torch autograd on the spec's baseline expression "
-            "where it is plain torch; elsewhere backward raises \"kdsl export: no backward\".\n"
-            '"""\n')
+            f"    {outs} = run({args})\n\n" + textwrap.fill(about, 88) + '\n"""\n')
 
 
 def _facts(k: Kernel, plan: dims_mod.DimPlan) -> str:
