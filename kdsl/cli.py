@@ -83,6 +83,7 @@ def _build() -> argparse.ArgumentParser:
     e.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where to run and time the kernel")
     e.add_argument("--no-time", action="store_true", help="check correctness only")
+    _baseline_option(e)
 
     r = command("search", "search for fast kernels for an op")
     r.add_argument("spec", help="a .kspec file")

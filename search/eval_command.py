@@ -56,7 +56,7 @@ def run(args, initializer: str | None = None) -> int:
         import torch
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device on this machine")
-    config = EvalConfig(device=args.device, time=not args.no_time)
+    config = EvalConfig(device=args.device, time=not args.no_time, baseline=args.baseline)
     with PoolExecutor(workers=1, initializer=initializer) as pool:
         result = pool.submit(EvalJob(op, candidate, config)).result()
     report(op.name, candidate, result, config)
