@@ -36,6 +36,14 @@ def test_importing_kdsl_stays_cheap():
     assert out.stdout.strip() == "[]"
 
 
+def test_kdsl_search_is_callable_even_after_its_subpackage_is_imported():
+    code = ("from kdsl.search import settings; import kdsl, kdsl.search.files; "
+            "print(callable(kdsl.search), kdsl.search.files.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["True", "kdsl.search.files"]
+
+
 def test_load_gives_the_specs_ops(tmp_path):
     path = tmp_path / "s.kspec"
     path.write_text(SPEC)
