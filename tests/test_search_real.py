@@ -60,7 +60,7 @@ def test_a_real_search_is_at_least_as_fast_as_the_default(run_dir):
 @pytest.mark.parametrize("fmt", ["module", "kernelbench"])
 def test_export_gives_a_standalone_torch_op(run_dir, tmp_path, fmt):
     path, _, _ = run_dir
-    out = tmp_path / "not" / "yet" / f"exported_{fmt}.py"  # a missing directory is made
+    out = tmp_path / f"exported_{fmt}.py"
     assert main(["export", str(path), "--out", str(out), "--format", fmt]) == 0
     text = out.read_text()
     assert "import kdsl" not in text and "from kdsl" not in text
@@ -80,12 +80,14 @@ def test_export_gives_a_standalone_torch_op(run_dir, tmp_path, fmt):
         call(x.half(), w.half())
 
 
-def test_export_into_a_path_through_a_file_is_one_line(run_dir, tmp_path, capsys):
+@pytest.mark.parametrize("where", ["missing/k.py", "afile/k.py"])
+def test_export_where_no_directory_is_one_line(run_dir, tmp_path, capsys, where):
     path, _, _ = run_dir
     (tmp_path / "afile").write_text("")
-    assert main(["export", str(path), "--out", str(tmp_path / "afile" / "k.py")]) == 2
+    assert main(["export", str(path), "--out", str(tmp_path / where)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "missing").exists()
 
 
 def test_summary_names_everything(run_dir):

@@ -59,17 +59,11 @@ def kernel_of_run(run_dir: str | Path) -> Kernel:
 
 
 def write(kernel: Kernel, out: str | Path, fmt: str = "module") -> Path:
-    """Write the module to ``out``, making its directory when missing."""
+    """Write the module to ``out``, a file in a directory that exists (UsageError, one
+    line, otherwise: a mistyped directory is not made behind the user's back)."""
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt}: known formats are {', '.join(FORMATS)}")
-    out = Path(out)
-    if out.is_dir():
-        raise UsageError(f"--out {out} is a directory; give a file name")
-    check_out(out.parent if str(out.parent) else Path("."), "--out")  # writable, or one line
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {out}: cannot make {out.parent} ({e.strerror})") from None
+    out = check_out(out, "--out", kind="file")
     text = module_text(kernel, kernelbench=fmt == "kernelbench")
     if "import kdsl" in text or "from kdsl" in text:
         print("kdsl: warning: this kernel imports kdsl; the module needs kdsl installed")
