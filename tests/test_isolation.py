@@ -264,3 +264,42 @@ def test_candidate_processes_are_forked_from_the_server_not_the_judge():
             assert b"forkserver" in f.read()
     finally:
         box.stop()
+
+
+def test_a_hung_candidate_dies_with_its_judge():
+    """The judge killed mid-hang (a pool worker timed out): its forkserver and the hung
+    candidate process go with it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    code = textwrap.dedent("""
+        import os, sys, time
+        from kdsl.search.eval import sandbox
+        if __name__ == "__main__":
+            box = sandbox.Sandbox("cpu", None)
+            box.ready()
+            print(box.process.pid, flush=True)
+            time.sleep(600)
+    """)
+    judge = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        candidate = int(judge.stdout.readline())
+        with open(f"/proc/{candidate}/stat") as f:
+            server = int(f.read().rsplit(")", 1)[1].split()[1])
+    finally:
+        judge.send_signal(signal.SIGKILL)
+        judge.wait()
+
+    def gone(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie is gone too
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (gone(candidate) and gone(server)):
+        time.sleep(0.1)
+    assert gone(candidate) and gone(server)

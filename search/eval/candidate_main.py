@@ -45,7 +45,8 @@ def environment(device: str) -> dict[str, str | None]:
 
 
 def main(conn, device: str, memory_mb: int | None, log_path: str) -> None:
-    from .zygote import check
+    from .zygote import check, release_server
+    release_server()
     refused = check()
     if refused:
         raise SystemExit(refused)

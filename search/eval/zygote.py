@@ -16,6 +16,7 @@ decorated in another environment.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sys
 
 # imported in the server, before any fork (the order matters: torch first)
@@ -34,6 +35,25 @@ def context():
         ctx.set_forkserver_preload(PRELOAD)
         _CONTEXT = ctx
     return _CONTEXT
+
+
+def release_server() -> None:
+    """Run first in each candidate process: let go of the server's lifeline.
+
+    The forkserver lives until every holder of its ``alive`` pipe is gone, and hands that
+    pipe to each process it forks (so that one could fork in turn). A candidate kept it,
+    and a hung candidate kept the server alive after its judge died, which kept the
+    candidate alive (it dies with its parent, the server). Without it: the judge dies,
+    the server sees the pipe close and exits, and the candidate is killed with it."""
+    from multiprocessing import forkserver
+    server = forkserver._forkserver  # the module's one server (no public handle)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
 
 
 def check() -> str | None:
