@@ -108,6 +108,9 @@ def _check(t, given):
         if v.device.type != DEVICE:
             raise ValueError(f"{OP}: input '{name}' is on {v.device}; this kernel runs on "
                              f"{DEVICE} tensors")
+        if v.device != t[INPUTS[0]].device:
+            raise ValueError(f"{OP}: input '{name}' is on {v.device}, '{INPUTS[0]}' on "
+                             f"{t[INPUTS[0]].device}; give them on one device")
         if v.dim() != len(SHAPES[name]):
             raise ValueError(f"{OP}: input '{name}' must have {len(SHAPES[name])} dims "
                              f"[{', '.join(SHAPES[name])}], got shape {tuple(v.shape)}")
@@ -154,8 +157,14 @@ def _compute(t, given):
         _check_values(t, s)
     # the kernel reads dense row-major buffers: other layouts are copied first
     t = {n: v.contiguous() for n, v in t.items()}
-    outs = _empty(dt, s, t[INPUTS[0]].device)
-    kernel(t, outs, {d: int(s[d]) for d in DIMS})
+    device = t[INPUTS[0]].device
+    outs = _empty(dt, s, device)
+    sizes = {d: int(s[d]) for d in DIMS}
+    if device.type == "cuda":  # a Triton launch goes to the current device: make it theirs
+        with _torch.cuda.device(device):
+            kernel(t, outs, sizes)
+    else:
+        kernel(t, outs, sizes)
     return outs
 
 
