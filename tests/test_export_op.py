@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -224,3 +225,71 @@ def test_model_new_takes_the_sizes_no_input_gives(tmp_path):
     assert y.shape == (2, 4, 3) and torch.equal(y[1, :4], values[2:6])
     with pytest.raises(TypeError, match="ModelNew takes the sizes"):
         mod.ModelNew(Q=3)
+
+
+# ---- bench/kernelbench_exported.py: its ModelNew, and its refusal without CUDA ----
+
+def bench_script():
+    path = Path(__file__).resolve().parents[1] / "bench" / "kernelbench_exported.py"
+    return load_module(path, "kdsl_test_kernelbench_exported")
+
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features: int):
+        super(Model, self).__init__()
+        self.ln = nn.LayerNorm(features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln(x)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return [64]
+'''
+
+
+def test_the_bench_scripts_model_new_is_the_problems_model_with_kdsls_forward(tmp_path):
+    from kdsl.search.export import module_text
+    source = module_text(default_kernel(library_op("layernorm"))) + \
+        bench_script().ADAPTER.format(problem=PROBLEM)
+    (tmp_path / "kb_new.py").write_text(source)
+    mod = load_module(tmp_path / "kb_new.py", "kdsl_test_kb_new")
+    torch.manual_seed(0)
+    ref = mod.Model(*mod.get_init_inputs())
+    torch.manual_seed(0)
+    new = mod.ModelNew(*mod.get_init_inputs())  # the same parameters, made the same way
+    with torch.no_grad():
+        ref.ln.weight.normal_(), ref.ln.bias.normal_()
+    new.load_state_dict(ref.state_dict())
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        assert torch.allclose(new(x), ref(x), rtol=1e-4, atol=1e-4)
+    assert type(new).forward is not type(ref).forward
+
+
+def test_the_bench_script_refuses_clearly_without_cuda(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: the refusal is for machines without one")
+    kb = tmp_path / "kb"
+    (kb / "src" / "kernelbench").mkdir(parents=True)
+    (kb / "src" / "kernelbench" / "eval.py").write_text("")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "lineage.msgpack").write_bytes(b"")
+    script = bench_script()
+    assert script.main(["--kernelbench", str(kb), "--runs", str(run), "--out",
+                        str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "runs on a CUDA GPU" in err[0], err
+    assert script.main(["--kernelbench", str(tmp_path), "--runs", str(run), "--out",
+                        str(tmp_path / "out")]) == 2
+    assert "not a KernelBench checkout" in capsys.readouterr().err
