@@ -32,22 +32,29 @@ def baseline(eager, input_names: dict, printer: symbolic.Printer) -> str:
             names[s.arg.name] = input_names[key]
     device_of = next(iter(input_names.values()), None)
     texts: dict[str, str] = dict(names)
-    for node in eager.graph.nodes:
-        if node.op != "call_function":
-            continue
+
+    def render(node) -> str:
+        """The node's expression, its inputs first (only what the outputs read)."""
+        if node.name in texts:
+            return texts[node.name]
         val = node.meta.get("val")
-        if not isinstance(val, (torch.Tensor, tuple, list)):
-            continue  # a size: written where it is used, in the spec's dims
+        if node.op != "call_function" or not isinstance(val, (torch.Tensor, tuple, list)):
+            return _arg(node, texts, printer, device_of)  # a size, in the spec's dims
+        for a in node.all_input_nodes:
+            render(a)
         if node.target is operator.getitem:
-            texts[node.name] = f"{_arg(node.args[0], texts, printer, device_of)}[{node.args[1]}]"
-            continue
-        args = [_arg(a, texts, printer, device_of) for a in node.args]
-        args += [f"{k}={_arg(v, texts, printer, device_of)}" for k, v in node.kwargs.items()
-                 if k not in DROPPED_KWARGS]
-        texts[node.name] = f"torch.ops.{node.target}({', '.join(args)})"
+            text = f"{texts[node.args[0].name]}[{node.args[1]}]"
+        else:
+            args = [_arg(a, texts, printer, device_of) for a in node.args]
+            args += [f"{k}={_arg(v, texts, printer, device_of)}" for k, v in node.kwargs.items()
+                     if k not in DROPPED_KWARGS]
+            text = f"torch.ops.{node.target}({', '.join(args)})"
+        texts[node.name] = text
+        return text
+
     out = next(n for n in eager.graph.nodes if n.op == "output")
     results = list(out.args[0])[-len(sig.user_outputs):]
-    parts = [_arg(r, texts, printer, device_of) for r in results]
+    parts = [render(r) for r in results]
     text = parts[0] if len(parts) == 1 else f"({', '.join(parts)})"
     if len(text) > MAX_BASELINE_CHARS:
         raise ImportFailure(f"the baseline expression grows past {MAX_BASELINE_CHARS} characters "

@@ -75,10 +75,13 @@ class Builder:
     # ---- services for the table ----
     def shape(self, node) -> tuple:
         val = node.meta["val"]
+        val = val[0] if isinstance(val, (tuple, list)) else val  # a tuple's first result
         return tuple(symbolic.expr_of(s) for s in val.shape)
 
     def dtype(self, node) -> str:
-        return kind_of(node.meta["val"].dtype)
+        val = node.meta["val"]
+        val = val[0] if isinstance(val, (tuple, list)) else val
+        return kind_of(val.dtype)
 
     def size(self, e) -> str:
         if isinstance(e, str):
@@ -109,9 +112,14 @@ class Builder:
         if isinstance(v, Value) and v.origin:
             self.domains[v.origin] = "positive"
 
-    def index_domain(self, v, size):
-        if isinstance(v, Value) and v.origin:
-            self.domains[v.origin] = f"in 0 .. {self.size(size)}"
+    def index_domain(self, v, size, inputs):
+        """Integer inputs an index reads are drawn in ``0 .. size`` (a gather's classes)."""
+        if not isinstance(v, Value):
+            return
+        text = v.at(tuple(f"i{d}" for d in range(v.rank)))
+        for t in inputs:
+            if t.dtype == "i" and re.search(rf"\b{re.escape(t.name)}\[", text):
+                self.domains[t.name] = f"in 0 .. {self.size(size)}"
 
 
 def _strip(text: str) -> str:
@@ -135,9 +143,10 @@ def emit(program, dims: dict, names: Names) -> Emitted:
     user_outputs = list(output_node.args[0])[-n_user:] if n_user else []
     reachable = _reachable(user_outputs)
     b = Builder(program, dims, names)
+    b.inputs = []
     specs = {s.arg.name: s for s in sig.input_specs}
 
-    inputs, env, node_names = [], {}, {}
+    env, node_names = {}, {}
     out_names = _output_names(user_outputs, names)
     users = {n: sum(1 for u in n.users if u in reachable) for n in reachable}
     for node in graph.nodes:
@@ -153,14 +162,14 @@ def emit(program, dims: dict, names: Names) -> Emitted:
             name = names.claim(target if kind != "USER_INPUT" else node.name)
             node_names[node.name] = name
             shape = b.shape(node)
-            inputs.append(InputTensor(name, node.name, kind, target, shape, kind_of(val.dtype)))
+            b.inputs.append(InputTensor(name, node.name, kind, target, shape, kind_of(val.dtype)))
             env[node] = stored(name, shape, kind_of(val.dtype), origin=name)
             continue
         if node.op != "call_function":
             continue
         val = node.meta.get("val")
-        if isinstance(val, (int, sympy.Basic)) or type(val).__name__ in ("SymInt", "SymFloat"):
-            env[node] = symbolic.expr_of(val) if not isinstance(val, int) else sympy.Integer(val)
+        if isinstance(val, (int, float, sympy.Basic)) or type(val).__name__ in ("SymInt", "SymFloat"):
+            env[node] = symbolic.expr_of(val) if not isinstance(val, (int, float)) else sympy.sympify(val)
             continue
         if node.target is operator.getitem:
             value = env[node.args[0]][node.args[1]]
@@ -188,6 +197,7 @@ def emit(program, dims: dict, names: Names) -> Emitted:
         if not any(s.target == name for s in b.statements):
             b.store(v, name, output=True)
         outputs.append((name, v.shape, v.dtype))
+    inputs = b.inputs
     for i in inputs:
         i.domain = b.domains.get(i.name, "")
     text = " ".join(s.text for s in b.statements)

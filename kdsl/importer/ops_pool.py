@@ -36,7 +36,7 @@ def _pool(b, node, x, kernel, stride, padding, dilation, reduce_op, pad_value, d
         pos = _windows(b, idx[lead:], ks, kernel, stride, padding, dilation)
         ranges = ", ".join(f"{k} in 0 .. {size}" for k, size in zip(ks, kernel))
         text = f"({reduce_op}({ranges}) ({read_x(tuple(idx[:lead]) + tuple(pos), pad_value)}))"
-        return text if divisor is None else f"({text} / {divisor(idx[lead:])})"
+        return text if divisor is None else f"({text} / ({divisor(idx[lead:])}))"
     return Value(b.shape(node), x.dtype, read, COMPUTE)
 
 

@@ -184,7 +184,7 @@ maps("aten.cumprod.default")(_scan("cumprod"))
 @maps("aten.gather.default")
 def gather(b, node, x, dim, index, sparse_grad=False):
     dim = norm_dim(dim, x.rank)
-    b.index_domain(index, x.shape[dim])
+    b.index_domain(index, x.shape[dim], b.inputs)
 
     def read(idx):
         return x.at(idx[:dim] + (index.at(idx),) + idx[dim + 1:])

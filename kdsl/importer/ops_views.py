@@ -75,12 +75,15 @@ def slice_(b, node, x, dim=0, start=None, end=None, step=1):
     if isinstance(start, int) and start < 0:
         start = sympy.Max(x.shape[dim] + start, 0)
     lo = b.size(start)
+    shape = b.shape(node)
+    # a plain index must span its tensor's whole dim; a shortened slice reads through `i + 0`
+    same = sympy.simplify(shape[dim] - x.shape[dim]) == 0
 
     def m(idx):
         i = idx[dim] if step == 1 else f"{idx[dim]} * {step}"
-        i = i if lo == "0" else f"{i} + {lo}"
+        i = i if lo == "0" and (same or step != 1) else f"{i} + {lo}"
         return idx[:dim] + (i,) + idx[dim + 1:]
-    return reindexed(x, b.shape(node), m, one_to_one=True)
+    return reindexed(x, shape, m, one_to_one=True)
 
 
 @maps("aten.flip.default")
@@ -179,7 +182,7 @@ def cat(b, node, tensors, dim=0):
     def r(idx):
         parts = []
         for t, read, start in zip(tensors, readers, starts):
-            i = idx[dim] if start == 0 else f"{idx[dim]} - {b.size(start)}"
+            i = f"{idx[dim]} + 0" if start == 0 else f"{idx[dim]} - {b.size(start)}"
             parts.append(read(idx[:dim] + (i,) + idx[dim + 1:], 0))
         text = parts[-1]
         for k in range(len(parts) - 2, -1, -1):

@@ -56,6 +56,24 @@ class Printer:
             return "(" + " * ".join(self.text(a) for a in e.args) + ")"
         if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
             return "(" + " * ".join([self.text(e.base)] * int(e.exp)) + ")"
+        # float scalars made of sizes (an attention's 1 / sqrt(D)): value expressions only
+        if isinstance(e, sympy.Pow) and e.exp == sympy.Rational(1, 2):
+            return f"sqrt({self.text(e.base)})"
+        if isinstance(e, sympy.Pow) and e.exp == sympy.Rational(-1, 2):
+            return f"rsqrt({self.text(e.base)})"
+        if isinstance(e, sympy.Pow) and e.exp == -1:
+            return f"(1.0 / {self.text(e.base)})"
+        if isinstance(e, sympy.Float):
+            return repr(float(e))
+        if kind in ("ToFloat", "TruncToFloat", "Float"):
+            return self.text(e.args[0])
+        if kind in ("FloatTrueDiv", "IntTrueDiv"):
+            return f"({self.text(e.args[0])} / {self.text(e.args[1])})"
+        if kind in ("FloatPow", "PowByNatural"):
+            base, exp = e.args
+            if exp == sympy.Rational(1, 2) or exp == 0.5:
+                return f"sqrt({self.text(base)})"
+            return f"pow({self.text(base)}, {self.text(exp)})"
         if kind == "FloorDiv":
             return f"({self.text(e.args[0])} // {self.text(e.args[1])})"
         if kind in ("Mod", "PythonMod"):

@@ -48,6 +48,7 @@ def operand(x, out_shape, idx) -> str:
 
 def elementwise(b, node, fn, *operands, dtype: str | None = None) -> Value:
     shape = b.shape(node)
+    operands = [_scalar(b, x) for x in operands]
 
     def read(idx):
         return fn(*[operand(x, shape, idx) for x in operands])
@@ -68,3 +69,13 @@ def dims_of(dims, rank: int) -> list[int]:
 
 def is_one(size) -> bool:
     return sympy.sympify(size) == 1
+
+
+def _scalar(b, x):
+    """A symbolic scalar (a size, or a float made of sizes, like 1 / sqrt(D)) as a 0-d value."""
+    if isinstance(x, sympy.Basic) and not x.is_Number:
+        text = b.size(x)
+        return Value((), "f", lambda idx: text, ELEMENTWISE)
+    if isinstance(x, sympy.Basic):
+        return float(x) if not x.is_Integer else int(x)
+    return x
