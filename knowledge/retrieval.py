@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import re
 
-import bm25s
+from kdsl import extras
 
 from .notes import Note, load, matches, specificity
 
@@ -47,6 +47,8 @@ def _document(note: Note) -> list[str]:
 
 @functools.lru_cache(maxsize=32)
 def _index(notes: tuple[Note, ...]):
+    extras.require("retrieving notes for the LLM operators", "bm25s")
+    import bm25s
     retriever = bm25s.BM25()
     retriever.index([_document(n) for n in notes], show_progress=False)
     vocab = set(retriever.vocab_dict)

@@ -93,16 +93,17 @@ def _blocked(code: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
 
 
-def test_check_and_the_search_modules_need_no_optional_package():
+def test_every_module_imports_without_the_optional_packages():
+    # each is imported by the function that needs it, so check runs and every module loads
     out = _blocked(f"""
+        import importlib, pkgutil
         from kdsl.cli import main
         assert main(["check", {SPEC!r}]) == 0
-        import kdsl.search.commands, kdsl.search.engine, kdsl.search.runs, kdsl.search.compare
-        import kdsl.search.show_run, kdsl.search.eval.evaluator, kdsl.search.plots
-        import kdsl.search.llm.setup, kdsl.knowledge
-        from kdsl import backends
-        for name in backends.names():
-            backends.get(name)
+        for package in {_setup_packages()!r}:
+            importlib.import_module(package)
+            for m in pkgutil.iter_modules(sys.modules[package].__path__, package + "."):
+                if not m.name.endswith(".__main__"):
+                    importlib.import_module(m.name)
         print("loaded:", sorted(m for m in {OPTIONAL!r} if m in sys.modules))
     """)
     assert out.returncode == 0, out.stderr
@@ -130,6 +131,15 @@ def test_a_feature_without_its_extra_is_one_line_naming_the_extra(tmp_path):
     assert "needs triton" in errors[0] and "'kdsl-kernels[triton]'" in errors[0]
     assert "anthropic and bm25s" in errors[1] and "'kdsl-kernels[llm]'" in errors[1]
     assert "--llm replay needs bm25s" in errors[2] and "'kdsl-kernels[llm]'" in errors[2]
+
+
+def test_retrieval_without_bm25s_names_the_extra(monkeypatch):
+    from kdsl.knowledge import retrieval
+    monkeypatch.setattr(extras, "installed", lambda module: module != "bm25s")
+    retrieval._index.cache_clear()
+    with pytest.raises(UsageError, match=r"needs bm25s.*'kdsl-kernels\[llm\]'"):
+        retrieval.retrieve("softmax rows", "triton", "h200", "row_reduction", 4000)
+    retrieval._index.cache_clear()
 
 
 def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
