@@ -293,3 +293,14 @@ def test_the_bench_script_refuses_clearly_without_cuda(tmp_path, capsys):
     assert script.main(["--kernelbench", str(tmp_path), "--runs", str(run), "--out",
                         str(tmp_path / "out")]) == 2
     assert "not a KernelBench checkout" in capsys.readouterr().err
+
+
+def test_dims_come_from_shapes_equalities_and_divided_axes_before_the_caller():
+    from kdsl.search.export import dims
+    conv = dims.plan(library_op("conv1d"))
+    assert conv.passed == ("P",)  # LO then follows from LO == L + 2 * P - KW + 1
+    assert any(r.dim == "LO" and "condition" in r.why for r in conv.rules)
+    path = spec_mod.library_dir() / "kernelbench" / "level1" / "64_conv_transposed_1d.kspec"
+    grouped = dims.plan(spec_mod.load(path).ops[0])
+    assert grouped.passed == ("G", "S", "P", "OP")  # CO: w's [CI, CO // G, K] times G
+    assert [r.why for r in grouped.rules if r.dim == "CO"] == ["w.shape[1] * G"]

@@ -65,26 +65,29 @@ def plan(op: ir.Op) -> DimPlan:
                 rules.append(rule)
                 found.add(rule.dim)
     conditions = op.test.conditions if op.test else ()
+    divided = _divided_axes(op, conditions)
+    solvable = {d for d, *_ in divided} | {d for c in conditions for d in _equality_dims(c)}
     passed: list[str] = []
     while True:
-        _solve(conditions, rules, found, set(op.dims))
+        _solve(conditions, divided, rules, found, set(op.dims))
         left = [d for d in op.dims if d not in found]
         if not left:
             break
-        # the first dim nothing gives is the caller's; it may let an equality be solved
-        # (conv1d's padding P given, LO == L + 2 * P - KW + 1 follows)
-        passed.append(left[0])
-        found.add(left[0])
+        # the caller gives a dim nothing else can (a padding, a group count) first: it may
+        # let an equality or a divided axis give the rest (conv1d's P given, LO follows)
+        pick = next((d for d in left if d not in solvable), left[0])
+        passed.append(pick)
+        found.add(pick)
     checks = []
     for c in conditions:
         try:
             checks.append((format_expr(c), py(c)))
         except NotPython:  # not a size condition this module can test; the kernel decides
             continue
-    return DimPlan(tuple(rules), tuple(passed), tuple(checks))
+    return DimPlan(tuple(rules), tuple(d for d in op.dims if d in passed), tuple(checks))
 
 
-def _solve(conditions, rules: list[Rule], found: set[str], dims: set[str]) -> None:
+def _solve(conditions, divided, rules: list[Rule], found: set[str], dims: set[str]) -> None:
     progress = True
     while progress:  # a solved dim may let another equality be solved
         progress = False
@@ -94,6 +97,48 @@ def _solve(conditions, rules: list[Rule], found: set[str], dims: set[str]) -> No
                 rules.append(rule)
                 found.add(rule.dim)
                 progress = True
+        for dim, tensor, axis, k in divided:
+            if dim not in found and names(k) <= found:
+                read = f"t[{tensor!r}].shape[{axis}]"
+                rules.append(Rule(dim, f"({read} * {py(k)})",
+                                  f"{tensor}.shape[{axis}] * {_text(k)}"))
+                found.add(dim)
+                progress = True
+
+
+def _divided_axes(op: ir.Op, conditions) -> list[tuple[str, str, int, ir.Expr]]:
+    """Axes ``D // k`` (weights of grouped convolutions: ``[CI, CO // G, K]``) of a dim the
+    spec says ``k`` divides (``CO % G == 0``): D is the axis times k, exactly."""
+    divides = {_text(c) for c in conditions}
+    out = []
+    for t in op.inputs:
+        for axis, e in enumerate(t.shape):
+            if (isinstance(e, ir.Binary) and e.op == "//" and isinstance(e.left, ir.Name)
+                    and f"{e.left.name} % {_text(e.right)} == 0" in divides):
+                try:
+                    py(e.right)
+                except NotPython:
+                    continue
+                out.append((e.left.name, t.name, axis, e.right))
+    return out
+
+
+def _equality_dims(c: ir.Expr) -> set[str]:
+    """Dims an equality could be solved for (a side that is ``D`` or ``k * D``)."""
+    if not (isinstance(c, ir.Binary) and c.op == "=="):
+        return set()
+    out = set()
+    for side in (c.left, c.right):
+        if isinstance(side, ir.Name):
+            out.add(side.name)
+        elif isinstance(side, ir.Binary) and side.op == "*":
+            out |= {n.name for n in (side.left, side.right) if isinstance(n, ir.Name)}
+    return out
+
+
+def _text(e: ir.Expr) -> str:
+    from kdsl.show import format_expr
+    return format_expr(e)
 
 
 def _from_axis(tensor: str, axis: int, e: ir.Expr) -> Rule | None:
