@@ -21,12 +21,13 @@ import os
 import pickle
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 
 from .eval import confine  # standard library only, like this module
 from .eval.verdict import picklable, verdict  # (so is this)
 
-TRACEBACK_MARGIN_S = 0.5
+TRACEBACK_MARGIN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -96,17 +97,34 @@ def _run(blob: bytes, evaluate):
     except Exception as e:
         return Result.failure("worker", f"job could not be unpickled: {e}"), False
     timeout = job.config.timeout_s
-    faulthandler.dump_traceback_later(max(timeout - TRACEBACK_MARGIN_S, timeout * 0.9))
+    alarm = threading.Timer(max(timeout - TRACEBACK_MARGIN_S, timeout * 0.9), _dump_stacks)
+    alarm.daemon = True
+    alarm.start()
     try:
         result = evaluate(job)
     finally:
-        faulthandler.cancel_dump_traceback_later()
+        alarm.cancel()
     sys.stdout.flush()
     sys.stderr.flush()
     result, why = verdict(job, result)
     if job.config.device == "cuda" and why is None:
         _release_cached_memory()
     return picklable(result), why is not None
+
+
+def _dump_stacks() -> None:
+    """Just before the pool times the job out: the candidate process's threads (where the
+    kernel hangs) and this process's (where the judge waits), into this worker's log."""
+    import faulthandler
+    import time
+
+    from .eval.sandbox import ask_open_stacks, print_open_stacks
+    asked = ask_open_stacks()  # first: they write while the judge's are written
+    print("Timeout: the job is about to be timed out; the judge's threads:", file=sys.stderr,
+          flush=True)
+    faulthandler.dump_traceback(all_threads=True)
+    time.sleep(0.1)
+    print_open_stacks(asked, sys.stderr)
 
 
 def _release_cached_memory() -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,8 @@ from kdsl.search.jobs import EvalJob
 PARENT_ENVIRONMENT = {k: os.environ.get(k) for k in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")}
 ISOLATED = dataclasses.replace(QUICK, timeout_s=90.0, memory_mb=3072)
 HANG_TIMEOUT_S = 3.0
+OWNED = Path(tempfile.gettempdir(), "kdsl-test-judge-owned")
+OWNED.unlink(missing_ok=True)
 
 ADVERSARIES = {
     "sleeps forever": ("""
@@ -50,6 +54,24 @@ ADVERSARIES = {
         def kernel(inputs, outputs, sizes):
             os.abort()
     """, "correctness", "the candidate process died: killed by signal SIGABRT"),
+    "answers with code for the judge": ("""
+        import sys
+
+        class Payload:
+            def __reduce__(self):  # run by whoever unpickles it
+                return (exec, ("import tempfile, pathlib; pathlib.Path(tempfile.gettempdir(),"
+                               " 'kdsl-test-judge-owned').write_text('owned')",))
+
+        host = sys.modules["kdsl.search.eval.candidate_main"]._Host
+        host._run = lambda self, ins, outs, sizes: ("ok", Payload())
+
+        def kernel(inputs, outputs, sizes):
+            outputs["y"].copy_(inputs["x"].softmax(-1))
+    """, "correctness", "tampering: a reply named builtins.exec"),
+    "raises a 200 MB message": ("""
+        def kernel(inputs, outputs, sizes):
+            raise ValueError("x" * 200_000_000)
+    """, "correctness", "kernel raised ValueError: xxxx"),
     "allocates without bound": ("""
         def kernel(inputs, outputs, sizes):
             hoard = []
@@ -98,11 +120,21 @@ def test_an_adversary_fails_its_own_job(batch, name):
     assert r.message.startswith(expected), r.message
 
 
+def test_no_reply_runs_code_in_the_judge_nor_floods_it(batch, pool):
+    assert not OWNED.exists()  # the payload would have written it, from the judge
+    assert len(batch["raises a 200 MB message"].message) < 100_000
+    assert pool.submit(job(SOFTMAX)).result(timeout=600).ok  # the worker still judges
+
+
 def test_a_crash_leaves_the_candidates_traceback_in_the_message(batch):
     message = batch["segfaults"].message
     assert "Segmentation fault" in message and "<candidate>" in message
     hang = batch["sleeps forever"].artifacts["worker_log"]  # where the judge waited, in time
     assert "Timeout" in hang
+    # and where the candidate hung, from its own process
+    assert "the candidate process" in hang, hang[-3000:]
+    candidate = hang[hang.index("the candidate process"):]
+    assert "in kernel" in candidate, hang[-3000:]
 
 
 def test_honest_jobs_pass_among_the_crashes(batch, pool):

@@ -33,6 +33,7 @@ import signal
 import sys
 
 from . import confine  # standard library only, like this module
+from .replies import trim  # (so is this)
 
 LOG_CAP_BYTES = 64 << 20  # RLIMIT_FSIZE: the candidate's log, and any file it writes
 
@@ -61,6 +62,8 @@ def main(conn, device: str, memory_mb: int | None, log_path: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import faulthandler
     faulthandler.enable()
+    # the judge asks where a hanging candidate is (sandbox.dump_open_stacks)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     import torch
     import torch.multiprocessing  # noqa: F401 - the shared-memory reductions for tensors
     _warm(device, torch)
@@ -76,11 +79,12 @@ def main(conn, device: str, memory_mb: int | None, log_path: str) -> None:
         try:
             reply = host.handle(message)
         except _Tampered as e:
-            reply = ("tampered", str(e))
+            reply = ("tampered", trim(str(e)))
         except BaseException as e:  # noqa: BLE001 - every failure is the candidate's verdict
             import traceback
             tb = traceback.format_exception(type(e), e, e.__traceback__)
-            reply = ("raised", f"{type(e).__name__}: {e}\n{''.join(tb[-3:]).rstrip()}")
+            reply = ("raised", trim(f"{type(e).__name__}: {trim(str(e), 4096)}\n"
+                                    f"{''.join(tb[-3:]).rstrip()}"))
         sys.stdout.flush()
         sys.stderr.flush()
         try:
@@ -128,8 +132,9 @@ class _Host:
         try:
             self.built = backend.build(op, source, device)
         except BuildError as e:
-            return ("build_error", str(e), e.log)
-        return ("built", self.built.log, dict(self.built.meta), self.built.prepare is not None)
+            return ("build_error", trim(str(e)), trim(e.log or ""))
+        return ("built", trim(self.built.log or ""), dict(self.built.meta),
+                self.built.prepare is not None)
 
     def _prepare(self, shapes):
         self.built.prepare(shapes)

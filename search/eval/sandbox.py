@@ -24,7 +24,7 @@ import signal
 import tempfile
 import time
 
-from . import candidate_main, confine, zygote
+from . import candidate_main, confine, replies, zygote
 
 READY_TIMEOUT_S = 300.0
 ARENA_MAX_BYTES = 256 << 20  # cases up to this size go through the arena
@@ -89,7 +89,10 @@ class Sandbox:
 
     def _receive(self):
         try:
-            return self.conn.recv()
+            return replies.receive(self.conn)
+        except replies.Refused as e:
+            self.stop()  # what it sends next cannot be trusted to line up with a request
+            raise CandidateFault(f"tampering: {e}") from None
         except (EOFError, OSError) as e:
             raise CandidateFault(f"the candidate process died: {self._death(e)}") from None
 
@@ -112,6 +115,7 @@ class Sandbox:
 
     def stop(self) -> None:
         """Kill the process (a candidate is never given a second chance) and forget it."""
+        _OPEN.discard(self)
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
@@ -126,6 +130,9 @@ _SPARE: dict[tuple, Sandbox] = {}
 _SPARE_FINALIZER: list = []
 
 
+_OPEN: set = set()  # the sandboxes serving a candidate now (not the spare)
+
+
 def open_sandbox(device: str, memory_mb: int | None) -> Sandbox:
     """A fresh candidate process: the spare started ahead when there is one of this kind;
     the next spare starts now, so it has this whole evaluation to get ready."""
@@ -136,7 +143,26 @@ def open_sandbox(device: str, memory_mb: int | None) -> Sandbox:
         box = None
     box = box or Sandbox(device, memory_mb)
     start_spare(device, memory_mb)
+    _OPEN.add(box)
     return box
+
+
+def ask_open_stacks() -> list:
+    """Each candidate serving now dumps every thread's Python stack into its own log
+    (SIGUSR1, faulthandler); the sandboxes asked, for ``print_open_stacks``."""
+    boxes = [b for b in _OPEN if b.process.is_alive()]
+    for box in boxes:
+        _kill(box.process.pid, signal.SIGUSR1)
+        _kill(box.process.pid, signal.SIGCONT)  # a stopped process handles it when resumed
+    return boxes
+
+
+def print_open_stacks(boxes: list, out) -> None:
+    """The end of each asked candidate's log (its stacks, once written) to ``out``."""
+    for box in boxes:
+        tail = box.log_tail().strip()
+        print(f"--- the candidate process ({box.process.pid}), its log's end:\n"
+              f"{tail or '(empty)'}", file=out, flush=True)
 
 
 def start_spare(device: str, memory_mb: int | None) -> None:
