@@ -152,8 +152,8 @@ def _search_options(p, compare: bool = False) -> None:
                    help="(ray) address of a running cluster (default: start a local one)")
     p.add_argument("--quiet", action="store_true", help="log lines instead of a live display")
     p.add_argument("--llm", choices=("auto", "off", "anthropic", "replay"), default="auto",
-                   help="LLM operators; auto is anthropic when ANTHROPIC_API_KEY is set, "
-                        "else off")
+                   help="LLM operators; auto is anthropic when ANTHROPIC_API_KEY is set and "
+                        "the llm extra is installed, else off")
     p.add_argument("--model", default="claude-sonnet-4-5", help="(LLM) the model to ask")
     p.add_argument("--max-llm-calls", type=int, metavar="N",
                    help="(LLM) calls a run may make (default: no limit)")

@@ -94,9 +94,13 @@ def compare(args) -> int:
                    "device": args.device, "budget": args.budget, "seeds": seeds,
                    "curves": {p: {str(s): c for s, c in v.items()} for p, v in curves.items()}})
     (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
-    from .plots import compare_figure
-    compare_figure({p: list(v.values()) for p, v in curves.items()}, str(out / "compare.png"),
-                   f"{Path(args.spec).stem}: best speedup over evaluations ({len(seeds)} seeds)")
+    from kdsl import extras
+    drawn = extras.installed("matplotlib")  # the figure is extra; the runs and json are not
+    if drawn:
+        from .plots import compare_figure
+        compare_figure({p: list(v.values()) for p, v in curves.items()},
+                       str(out / "compare.png"), f"{Path(args.spec).stem}: best speedup over "
+                                                 f"evaluations ({len(seeds)} seeds)")
     t = Table(title=f"compare {Path(args.spec).stem} (target {result['target_speedup']:.3f}x "
                     "= 95% of the best of any run)")
     for col in ("policy", "best per seed", "mean", "std", "evals to 95%", "reached"):
@@ -107,5 +111,9 @@ def compare(args) -> int:
                   "-" if r["mean_evals_to_95"] is None else f"{r['mean_evals_to_95']:.1f}",
                   r["reached_95"])
     Console().print(t)
-    print(f"wrote {out / 'compare.json'} and {out / 'compare.png'}")
+    if drawn:
+        print(f"wrote {out / 'compare.json'} and {out / 'compare.png'}")
+    else:
+        print(f"wrote {out / 'compare.json'} (no compare.png: pip install "
+              f"'kdsl-kernels[plot]')")
     return 0

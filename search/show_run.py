@@ -97,6 +97,8 @@ def show_run(path: str, plot: str | None = None, as_json: bool = False,
              top: int | None = None) -> int:
     if plot:
         check_out(plot, "--plot", kind="file")
+        from .plots import require
+        require()  # a missing matplotlib said before the summary, not after it
     store = _open(path)
     s = store.summary()
     rows = candidate_rows(store.nodes)
