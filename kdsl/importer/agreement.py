@@ -21,9 +21,10 @@ class Disagreement(ImportFailure):
 
 
 def check(problem, op, emitted, example, sizes: dict, user_nodes: list, sym_values: dict,
-          seed: int = 0) -> str | None:
+          constants: dict, seed: int = 0) -> str | None:
     """None when they agree, else one line saying where they differ. ``user_nodes``:
-    (placeholder name, sympy shape) of the module's tensor arguments, in order."""
+    (placeholder name, sympy shape) of the module's tensor arguments, in order; ``constants``:
+    the tensors the trace lifted out of ``forward`` (``torch.tensor(0.5)``)."""
     import torch
 
     from ..cases import Shape, draw
@@ -34,7 +35,7 @@ def check(problem, op, emitted, example, sizes: dict, user_nodes: list, sym_valu
     inputs = dict(case.inputs)
     torch.manual_seed(seed)
     model = problem.model()
-    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers()), **constants}
     for t in emitted.inputs:
         if t.kind == "USER_INPUT":
             continue
@@ -56,8 +57,14 @@ def check(problem, op, emitted, example, sizes: dict, user_nodes: list, sym_valu
             args.append(torch.from_numpy(np.ascontiguousarray(inputs[t.name])).to(item.dtype))
         else:
             args.append(item)
-    with torch.no_grad():
-        got = model(*args)
+    try:
+        with torch.no_grad():
+            got = model(*args)
+    except Exception as e:
+        where = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        text = str(e).strip().splitlines()
+        raise ImportFailure(f"the module raised {type(e).__name__} at the test sizes {where}: "
+                            f"{text[0] if text else ''}") from None
     got = got if isinstance(got, (tuple, list)) else (got,)
     named = {}
     for (name, _, _), g in zip(emitted.outputs, got):

@@ -21,16 +21,25 @@ DROPPED_KWARGS = ("layout", "pin_memory", "memory_format")
 MAX_BASELINE_CHARS = 20000
 
 
-def baseline(eager, input_names: dict, printer: symbolic.Printer) -> str:
+def baseline(eager, input_names: dict, printer: symbolic.Printer, mutated=frozenset()) -> str:
     """``input_names``: the module attribute (parameters, buffers) or argument name of each
-    input -> its spec name."""
+    input -> its spec name; ``mutated``: the buffers the module updates in place."""
     sig = eager.graph_signature
     names = {}
     for s in sig.input_specs:
         key = s.arg.name if s.kind.name == "USER_INPUT" else s.target
         if key in input_names:
-            names[s.arg.name] = input_names[key]
+            # the module updates it in place (batch norm's running statistics): the baseline
+            # updates a copy, so the spec's inputs stay as they were
+            copy = ".clone()" if key in mutated or s.arg.name in mutated else ""
+            names[s.arg.name] = input_names[key] + copy
     device_of = next(iter(input_names.values()), None)
+    for s in sig.input_specs:  # constants of forward the spec writes as numbers
+        value = eager.constants.get(s.target) if s.kind.name == "CONSTANT_TENSOR" else None
+        if s.arg.name not in names and value is not None and value.numel() == 1 \
+                and value.device.type != "meta":
+            dev = f", device={device_of}.device" if device_of else ""
+            names[s.arg.name] = f"torch.tensor({value.item()!r}, dtype={value.dtype}{dev})"
     texts: dict[str, str] = dict(names)
 
     def render(node) -> str:

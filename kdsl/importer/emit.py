@@ -17,7 +17,7 @@ import sympy
 from . import symbolic, table
 from .errors import ImportFailure, Unmapped
 from .naming import Names
-from .values import COMPUTE, ELEMENTWISE, Value, number, stored
+from .values import COMPUTE, ELEMENTWISE, Value, constant, number, stored
 
 INLINE_LIMIT = 400  # characters of an elementwise expression inlined into its reader
 POSITIVE_ARGS = {"aten.log.default", "aten.sqrt.default", "aten.rsqrt.default",
@@ -159,6 +159,14 @@ def emit(program, dims: dict, names: Names) -> Emitted:
             if not hasattr(val, "shape"):
                 raise ImportFailure(f"input {node.name} is not a tensor")
             target = getattr(spec, "target", None)
+            if kind == "CONSTANT_TENSOR" and program.constants[target].device.type == "meta":
+                raise ImportFailure(f"forward makes a tensor constant on its input's device "
+                                    f"({target}): its value is unknown to a meta-device trace")
+            if kind == "CONSTANT_TENSOR" and _scalar_constant(program, target) is not None:
+                # torch.tensor(0.5) inside forward: a number in the statements
+                env[node] = constant(b.shape(node), kind_of(val.dtype),
+                                     _scalar_constant(program, target))
+                continue
             name = names.claim(target if kind != "USER_INPUT" else node.name)
             node_names[node.name] = name
             shape = b.shape(node)
@@ -219,6 +227,13 @@ def _settle(b: Builder, node, value: Value, n_users: int, out_names: dict) -> Va
     if value.kind == ELEMENTWISE and len(value.at(tuple(f"i{d}" for d in range(value.rank)))) > INLINE_LIMIT:
         return b.store(value)
     return value
+
+
+def _scalar_constant(program, target):
+    t = program.constants.get(target)
+    if t is None or t.device.type == "meta" or t.numel() != 1:
+        return None
+    return t.item()
 
 
 def _convert(a, env):

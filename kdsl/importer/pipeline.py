@@ -21,9 +21,11 @@ def build(path: str, check: bool):
                 if s not in dims:
                     dims[s] = names.claim(f"{node[:1].upper()}{axis}")
     emitted = emit(program, dims, names)
+    _check_static_size(problem.name, emitted)
     printer = symbolic.Printer(dims)
     input_names = {(t.node if t.kind == "USER_INPUT" else t.target): t.name for t in emitted.inputs}
-    base = baseline_text.baseline(traced.eager, input_names, printer)
+    mutated = set(program.graph_signature.buffers_to_mutate.values())
+    base = baseline_text.baseline(traced.eager, input_names, printer, mutated)
     lower = {s: int(vr.lower) for s, vr in program.range_constraints.items()
              if s in dims and vr.lower.is_finite}
     shapes = [tuple(symbolic.expr_of(x) for x in n.meta["val"].shape) for n in emitted.reachable
@@ -35,10 +37,29 @@ def build(path: str, check: bool):
     if check:
         sizes = {dims[s]: hi for s, (lo, hi) in ranges.items()}
         values = {s: hi for s, (lo, hi) in ranges.items()}
-        bad = agreement.check(problem, op, emitted, traced.example, sizes, user_nodes, values)
+        bad = agreement.check(problem, op, emitted, traced.example, sizes, user_nodes, values,
+                              dict(program.constants))
         if bad is not None:
             raise agreement.Disagreement(f"{problem.name}: {bad}", text)
     return Imported(problem.name, text, check)
+
+
+# Elements of fixed-size inputs (parameters) past which the float64 reference of every
+# test case would need gigabytes: such a spec could not be checked on a developer machine.
+MAX_STATIC_ELEMENTS = 1 << 28
+
+
+def _check_static_size(name, emitted):
+    total = 0
+    for t in emitted.inputs:
+        if all(not getattr(s, "free_symbols", None) for s in t.shape):
+            n = 1
+            for s in t.shape:
+                n *= int(s)
+            total += n
+    if total > MAX_STATIC_ELEMENTS:
+        raise ImportFailure(f"{name}: its fixed-size inputs (parameters) hold {total:,} elements, "
+                            f"past the {MAX_STATIC_ELEMENTS:,} a float64 reference can check")
 
 
 def _user_inputs(program, example):

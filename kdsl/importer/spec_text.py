@@ -10,7 +10,7 @@ import sympy
 
 from . import symbolic
 
-TEST_ELEMENTS = 1 << 15  # the largest tensor of the graph at the top of the test ranges
+TEST_ELEMENTS = 1 << 17  # the largest tensor of the graph at the top of the test ranges
 TEST_DIM_MAX = 64
 
 
@@ -77,8 +77,12 @@ def render(name: str, source: str, emitted, printer, ranges: dict, bench: dict,
 def tolerance(emitted) -> str:
     if all(kind != "f" for _, _, kind in emitted.outputs):
         return "exact"
+    text = " ".join(st.text for st in emitted.statements)
+    if emitted.contraction and "rsqrt(" in text:
+        # a contraction's f32 rounding, divided by a small batch's standard deviation
+        return "f32(rtol=1e-2, atol=1e-2)"
     if emitted.contraction or emitted.scan:
-        return "f32(rtol=1e-3, atol=1e-3)"
+        return "f32(rtol=2e-3, atol=2e-3)"
     return "f32(rtol=1e-4, atol=1e-5)"
 
 
