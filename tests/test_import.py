@@ -79,6 +79,10 @@ CASES = {
     "losses": ("", ("p, t, q", "return F.cross_entropy(p, t) + F.mse_loss(p, q) + "
                                "F.smooth_l1_loss(p, q)"),
                "[torch.randn(16, 10), torch.randint(0, 10, (16,)), torch.randn(16, 10)]"),
+    "views": ("", ("x", "y = x.permute(0, 2, 1).reshape(x.shape[0], -1)\n"
+                        "z = torch.cat([y[:, 1:], y[:, :1]], dim=1)\n"
+                        "return z.view(x.shape[0], x.shape[1], -1).sum(dim=1)"), "[torch.randn(3, 4, 6)]"),
+    "two_outputs": ("", ("x", "return torch.exp(x), x.max(dim=1)[1]"), "[torch.randn(5, 7)]"),
     "cumulative": ("", ("x", "return torch.cumsum(x, dim=1) + torch.cumprod(x, dim=1) + "
                              "x.flip(1).cumsum(1).flip(1)"), "[torch.randn(4, 30)]"),
 }

@@ -123,8 +123,11 @@ def _reshape_map(b, src, dst):
             elif j < len(dst_real):
                 dj.append(dst_real[j])
                 pt, j = pt * dst[dst_real[j]], j + 1
-            else:
-                raise Unmapped("aten.view.default", "reshape whose blocks cannot be matched")
+            elif i < len(src_real):
+                si.append(src_real[i])
+                ps, i = ps * src[src_real[i]], i + 1
+            else:  # both sides used up: the products agree (torch checked the numel), though
+                break  # sympy cannot show it (3 * (n // 3) == n under a divisibility guard)
         blocks.append((si, dj))
 
     def m(idx):
@@ -133,15 +136,21 @@ def _reshape_map(b, src, dst):
             if len(si) == 1 and len(dj) == 1:
                 out[si[0]] = idx[dj[0]]
                 continue
-            flat = " + ".join(_scaled(idx[d], _product(b, [dst[e] for e in dj[k + 1:]]))
+            flat = " + ".join(_scaled(_group(idx[d]), _product(b, [dst[e] for e in dj[k + 1:]]))
                               for k, d in enumerate(dj))
-            flat = f"({flat})" if len(dj) > 1 else flat
+            flat = f"({flat})" if len(dj) > 1 else _group(flat)
             for k, d in enumerate(si):
                 inner = _product(b, [src[e] for e in si[k + 1:]])
                 part = flat if inner == "1" else f"{flat} // {inner}"
                 out[d] = part if k == 0 else f"({part}) % {b.size(src[d])}"
         return tuple(out)
     return m
+
+
+def _group(i: str) -> str:
+    """An index expression safe as an operand of * // %."""
+    return i if i.isidentifier() or i.isdigit() or (i.startswith("(") and i.endswith(")")
+                                                    and i.count("(") == 1) else f"({i})"
 
 
 def _product(b, sizes) -> str:
