@@ -12,6 +12,7 @@ from kdsl.backends.array import analysis as aa
 from kdsl.backends.array.dialect import Dialect
 from kdsl.backends.array.lowering import Lowering
 from kdsl.backends.base import BuildError, Gene
+from kdsl.backends.frozen import freeze_module
 
 
 def array_genes(op: ir.Op, segment_methods: tuple[str, ...]) -> list[Gene]:
@@ -80,4 +81,4 @@ def load_module(source: str, label: str) -> types.ModuleType:
         raise BuildError(f"{type(e).__name__}: {e}", traceback.format_exc()) from None
     if not callable(getattr(module, "kernel", None)):
         raise BuildError("the source defines no kernel(inputs, outputs, sizes)")
-    return module
+    return freeze_module(module)

@@ -14,12 +14,16 @@ be compiled).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import linecache
 import os
 import re
 import subprocess
+import sys
 import tempfile
+import types
 from pathlib import Path
+
+from kdsl.backends.frozen import freeze_module
 
 CUDA_H100 = ("cuda", 90, 32)
 HIP_MI300 = ("hip", "gfx942", 64)
@@ -52,21 +56,26 @@ def example_at(op, sizes: dict, dtype: str) -> dict:
 
 
 def load_module(source: str, tag: str = "kernel"):
-    """Import ``source`` from a file named by its hash: Triton reads a kernel's source back
-    through ``inspect``, so a module built by ``exec`` of a string cannot be compiled."""
+    """``source`` as a module whose functions Triton can read back through ``inspect``.
+
+    The code is compiled from ``source`` in memory, and ``inspect`` reads the same text
+    from ``linecache``: never from a file or a cached bytecode file that another candidate
+    process, writing to the same folder, could have replaced. The file is still written
+    (under the name the code carries) for tools that open it."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "kdsl-triton"
     folder.mkdir(parents=True, exist_ok=True)
     name = f"kdsl_triton_{re.sub(r'[^0-9A-Za-z_]', '_', tag)}_{digest}"
     path = folder / f"{name}.py"
-    if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(source)
+    os.replace(tmp, path)
+    linecache.cache[str(path)] = (len(source), None, source.splitlines(True), str(path))
+    mod = types.ModuleType(name)
+    mod.__file__ = str(path)
+    sys.modules[name] = mod  # (inspect finds a function's module by name)
+    exec(compile(source, str(path), "exec"), vars(mod))  # noqa: S102 - guarded source
+    return freeze_module(mod)
 
 
 class _Recorder:

@@ -1,18 +1,28 @@
-"""Inputs no timed call has seen before, and outputs checked at a call the candidate cannot
+"""Inputs no timed call has seen before, and outputs checked at calls the candidate cannot
 predict: what makes state kept between calls worthless.
 
-Two input sets alternate, and before every timed call one element of the set's editable
-input (its smallest floating input without a declared domain) is overwritten with
-another element's value. An answer kept from an earlier call, under any key that does
-not read every element, is then wrong for the call it is served to. The judge draws the
-edits and one call among the timed reps whose outputs the candidate's process copies
-aside (into tensors the judge owns) before the next call; which call is the judge's
-secret, so a kernel cannot compute honestly only where it will be checked.
-The judge replays the edits on its pristine copies, computes the float64 oracle for the
-inputs as they were at that call, and compares; and the inputs as they are after the
-last call must be the pristine ones with every edit, nothing else changed.
+Two input sets alternate, and before every timed call each input without a declared
+domain (float or integer) is set to its pristine values times a factor drawn per element
+and per call: for floats a power of two in {1/2, 1, 2} (exact in every float dtype), for
+integers one of {1, 2, 3}. Every element may change at every call, and by enough to
+reorder values, so an answer kept from an earlier call is wrong for the next one under
+any key, and patching a kept answer where the inputs changed costs the whole
+computation. (An edit of one element a call was beaten by kernels that compared every
+input element with a kept copy and recomputed only the row the edit touched.)
 
-Ops without an editable input keep the alternation and the checked call, without edits.
+The factors are a window, at an offset drawn per call, into a random sequence made from
+a seed in the candidate's process and again in the judge's (the same generator on the
+same device), so nothing the candidate could alter is shared for them. The judge draws
+the seed, the offsets and, for every set, one timed call whose outputs the candidate's
+process copies aside (into tensors the judge owns) before the next call; which call is
+the judge's secret, so a kernel cannot compute honestly only where it will be checked.
+The judge computes each set's inputs as they were at that call, the float64 oracle of
+them, and compares; and the inputs as they are after the last call must be exactly the
+pristine ones times the last call's factors.
+
+Inputs with a declared domain (indices, offsets, probabilities) keep their values: a
+factor could leave the domain. Ops whose inputs all have domains keep the alternation
+and the checked calls, without variation.
 """
 from __future__ import annotations
 
@@ -24,78 +34,110 @@ from kdsl.sizes import shape_of
 
 from . import correctness as corr
 
+WINDOW = 1 << 20   # factors per window: a larger input repeats the window along it
+SPREAD = 1 << 12   # offsets of the window into its sequence
+
 
 @dataclass
 class CallPlan:
-    """What one timing request does besides calling: edits before calls, outputs kept."""
-    name: str | None                               # the edited input (None: no edits)
-    edits: list = field(default_factory=list)      # per call: (dst, src) flat indices, or None
+    """What one timing request does besides calling: varied inputs, outputs kept."""
+    names: list = field(default_factory=list)      # the varied inputs
+    seed: int = 0                                  # of the factor sequences
+    offsets: list = field(default_factory=list)    # per call: the window's offset
     snap_at: dict = field(default_factory=dict)    # set index -> call index kept
     snaps: dict = field(default_factory=dict)      # set index -> output tensors (the copies)
 
     def wire(self) -> dict:
         """As the candidate's process receives it: call index -> where to copy the outputs."""
-        return {"name": self.name, "edits": self.edits,
+        return {"names": list(self.names), "seed": self.seed, "offsets": list(self.offsets),
                 "snap": {c: self.snaps[k] for k, c in self.snap_at.items()}}
 
 
-def editable_input(op: ir.Op, sizes: dict[str, int], dtype: str) -> str | None:
-    """The smallest floating input without a declared domain, of two elements or more."""
-    best = None
+def varied_inputs(op: ir.Op, sizes: dict[str, int], dtype: str) -> list[str]:
+    """The inputs without a declared domain, float or integer, of two elements or more."""
+    names = []
     for t in op.inputs:
-        if t.domain is not None or dtypes.kind(op.dtype_of(t.name, dtype)) != "float":
+        if t.domain is not None or dtypes.kind(op.dtype_of(t.name, dtype)) not in ("float",
+                                                                                     "int"):
             continue
         n = 1
         for d in shape_of(op, t.name, sizes):
             n *= d
-        if n >= 2 and (best is None or n < best[0]):
-            best = (n, t.name)
-    return best and best[1]
+        if n >= 2:
+            names.append(t.name)
+    return names
 
 
 def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup: int,
          reps: int, device: str) -> CallPlan:
-    """Edits for ``warmup + reps`` calls alternating over ``len(outs)`` sets, and the call of
-    each set whose outputs are kept (a timed rep, not a warm-up), drawn from the OS."""
+    """Factors for ``warmup + reps`` calls alternating over ``len(outs)`` sets, and for
+    every set the call whose outputs are kept (a timed rep, not a warm-up), drawn from
+    the OS."""
     rng = random.SystemRandom()
-    name = editable_input(op, sizes, dtype)
     calls = warmup + reps
-    p = CallPlan(name)
-    if name is not None:
-        n = 1
-        for d in shape_of(op, name, sizes):
-            n *= d
-        p.edits = [(rng.randrange(n), rng.randrange(n)) for _ in range(calls)]
-    else:
-        p.edits = [None] * calls
-    # one set's outputs, at one of its timed calls: which set and which call are both the
-    # judge's secret (each more would cost one more float64 oracle at the bench size)
-    k = rng.randrange(len(outs))
-    timed = [c for c in range(warmup, calls) if c % len(outs) == k] or \
-        [c for c in range(calls) if c % len(outs) == k]
-    if timed:
-        p.snap_at[k] = rng.choice(timed)
-        p.snaps[k] = {t: v.clone() for t, v in outs[k].items()}
+    p = CallPlan(varied_inputs(op, sizes, dtype), rng.getrandbits(62),
+                 [rng.randrange(SPREAD) for _ in range(calls)])
+    # each set's outputs at one of its timed calls (a set never checked could be computed
+    # wrong at every call: it would halve the median and pass half the time)
+    for k in range(len(outs)):
+        timed = [c for c in range(warmup, calls) if c % len(outs) == k] or \
+            [c for c in range(calls) if c % len(outs) == k]
+        if timed:
+            p.snap_at[k] = rng.choice(timed)
+            p.snaps[k] = {t: v.clone() for t, v in outs[k].items()}
     return p
 
 
-def apply(tensor, edit) -> None:
-    """One edit, in place: the element at ``dst`` takes the value at ``src`` (flat)."""
-    if edit is not None:
-        flat = tensor.view(-1)
-        dst, src = edit
-        flat[dst] = flat[src]
+def factors(seed: int, position: int, like) -> object:
+    """The factor sequence of the ``position``-th varied input: ``WINDOW + SPREAD`` values in
+    ``like``'s dtype on its device, the same in every process for the same seed."""
+    import torch
+    g = torch.Generator(device=like.device)
+    g.manual_seed((seed + 7919 * position) % (1 << 63))
+    draw = torch.randint(0, 3, (WINDOW + SPREAD,), generator=g, device=like.device)
+    if like.is_floating_point():
+        return torch.pow(2.0, (draw - 1).to(torch.float32)).to(like.dtype)  # 1/2, 1, 2
+    return (draw + 1).to(like.dtype)  # 1, 2, 3
 
 
-def replay(p: CallPlan, k: int, nsets: int, pristine: dict, upto: int | None = None) -> None:
-    """Apply to ``pristine`` (in place) the edits set ``k``'s calls got, through ``upto``."""
-    if p.name is None:
-        return
-    for c, edit in enumerate(p.edits):
-        if upto is not None and c > upto:
-            break
-        if c % nsets == k:
-            apply(pristine[p.name], edit)
+def vary(out, pristine, sequence, offset: int) -> None:
+    """``out`` = ``pristine`` times the window of ``sequence`` at ``offset``, elementwise
+    (the window repeated along an input larger than it)."""
+    import torch
+    src, dst = pristine.reshape(-1), out.view(-1)
+    n = src.numel()
+    m = min(n, WINDOW)
+    window = sequence[offset:offset + m]
+    whole = n // m * m
+    torch.mul(src[:whole].view(-1, m), window, out=dst[:whole].view(-1, m))
+    if whole < n:
+        torch.mul(src[whole:], window[:n - whole], out=dst[whole:])
+
+
+def inputs_at(wire: dict, ins: dict, pristine: dict, call: int | None,
+              sequences: dict | None = None) -> dict:
+    """``ins`` set to what the plan makes them at ``call`` (None: as handed, pristine)."""
+    for i, name in enumerate(wire["names"]):
+        if call is None:
+            ins[name].copy_(pristine[name])
+            continue
+        seq = sequences[name] if sequences else factors(wire["seed"], i, pristine[name])
+        vary(ins[name], pristine[name], seq, wire["offsets"][call])
+    return ins
+
+
+def expected_inputs(p: CallPlan, pristine: dict, call: int) -> dict:
+    """The judge's own copy of a set's inputs as they were at ``call``."""
+    expected = dict(pristine)
+    for name in p.names:
+        expected[name] = pristine[name].clone()
+    return inputs_at(p.wire(), expected, pristine, call)
+
+
+def last_call(p: CallPlan, k: int, nsets: int) -> int | None:
+    """The last call of set ``k`` in the request, None if it had none."""
+    calls = [c for c in range(len(p.offsets)) if c % nsets == k]
+    return calls[-1] if calls else None
 
 
 def inputs_intact(ins: dict, expected: dict) -> str | None:
@@ -109,11 +151,15 @@ def inputs_intact(ins: dict, expected: dict) -> str | None:
 
 def calling(fn, sets: list, sizes: dict, poisons: list, wire: dict | None):
     """(setup, run, finish) for a timer over ``sets``, as the plan ``wire`` says: ``setup``
-    before each call keeps the previous call's outputs where asked, edits the next set's
-    input and poisons its outputs; ``finish`` keeps the last call's. The candidate's
-    process runs this for the judge; ``timing.LocalKernel`` runs it in-process."""
-    wire = wire or {"name": None, "edits": [], "snap": {}}
+    before each call keeps the previous call's outputs where asked, varies the next set's
+    inputs and poisons its outputs; ``finish`` keeps the last call's. The candidate's
+    process runs this for the judge; ``timing.LocalKernel`` runs it in-process. The sets'
+    inputs arrive pristine; their pristine values are copied here once."""
+    wire = wire or {"names": [], "seed": 0, "offsets": [], "snap": {}}
     state = {"n": 0, "current": sets[0]}
+    names = wire["names"]
+    pristine = [{n: ins[n].clone() for n in names} for ins, _ in sets]
+    sequences = {n: factors(wire["seed"], i, sets[0][0][n]) for i, n in enumerate(names)}
 
     def keep(c: int) -> None:
         kept = wire["snap"].get(c)
@@ -129,8 +175,8 @@ def calling(fn, sets: list, sizes: dict, poisons: list, wire: dict | None):
             keep(c - 1)
         k = c % len(sets)
         state["current"] = sets[k]
-        if wire["name"] is not None and c < len(wire["edits"]):
-            apply(sets[k][0][wire["name"]], wire["edits"][c])
+        if names and c < len(wire["offsets"]):
+            inputs_at(wire, sets[k][0], pristine[k], c, sequences)
         for t, dt, variant in poisons:
             corr.poison(sets[k][1][t], dt, variant)
 

@@ -536,19 +536,16 @@ def _bandwidth(given, device: str, nbytes: int, hold) -> float:
 
 def _verify(op, sets, p, device, where, hold) -> str | None:
     """Each set's kept outputs against the float64 oracle of its inputs as they were at
-    that call (the pristine ones with the edits so far); then the inputs as they are now
-    against the pristine ones with every edit (``_advance``)."""
+    that call; then the inputs as they are now against what the plan made of them
+    (``_advance``)."""
     for k, (c, ins, outs, pristine) in enumerate(sets):
         if k not in p.snap_at:
             continue
-        expected = dict(pristine)
-        if p.name is not None:
-            expected[p.name] = pristine[p.name].clone()
-            timed_calls.replay(p, k, len(sets), expected, upto=p.snap_at[k])
+        expected = timed_calls.expected_inputs(p, pristine, p.snap_at[k])
         ref = oracle_of(op, c.sizes, c.dtype, expected, device)
         arrays = dict(c.inputs)
-        if p.name is not None:  # (float64: numpy has no bfloat16)
-            arrays[p.name] = corr.to_numpy({p.name: expected[p.name]})[p.name]
+        if p.names:  # (float64: numpy has no bfloat16)
+            arrays.update(corr.to_numpy({n: expected[n] for n in p.names}))
         at = cases.Case(c.shape, arrays)
         message, _ = bench_judge(op, at, expected, p.snaps[k], ref, 1, device, expected)
         del ref, expected
@@ -559,11 +556,14 @@ def _verify(op, sets, p, device, where, hold) -> str | None:
 
 
 def _advance(sets, p) -> str | None:
-    """The pristine copies brought to what the request's edits made of them; the inputs
-    the kernel saw must be exactly that."""
+    """The inputs the kernel saw last must be exactly the pristine ones as the request's
+    last call of their set made them; then they are made pristine again, for the next
+    request (which varies them from there)."""
     for k, (_, ins, _, pristine) in enumerate(sets):
-        timed_calls.replay(p, k, len(sets), pristine)
-        message = timed_calls.inputs_intact(ins, pristine)
+        last = timed_calls.last_call(p, k, len(sets))
+        expected = pristine if last is None else timed_calls.expected_inputs(p, pristine, last)
+        message = timed_calls.inputs_intact(ins, expected)
         if message:
             return f"{message} during the timed runs"
+        timed_calls.inputs_at(p.wire(), ins, pristine, None)
     return None
