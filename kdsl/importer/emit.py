@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import sympy
 
@@ -53,7 +53,6 @@ class Emitted:
     node_names: dict       # placeholder name -> spec input name
     contraction: bool = False
     scan: bool = False
-    reduction: bool = False
 
 
 def kind_of(dtype) -> str:
@@ -70,7 +69,6 @@ class Builder:
         self.statements: list[Statement] = []
         self.counter = 0
         self.domains: dict[str, str] = {}
-        self.notes: set[str] = set()
 
     # ---- services for the table ----
     def shape(self, node) -> tuple:
@@ -211,8 +209,7 @@ def emit(program, dims: dict, names: Names) -> Emitted:
     text = " ".join(s.text for s in b.statements)
     return Emitted(inputs, outputs, b.statements, dims, [n for n in graph.nodes if n in reachable],
                    node_names, contraction=bool(re.search(r"sum\([ck]\d", text)),
-                   scan="cumsum(" in text or "cumprod(" in text,
-                   reduction=any(op in text for op in ("sum(", "mean(", "max(r", "min(r")))
+                   scan="cumsum(" in text or "cumprod(" in text)
 
 
 def _settle(b: Builder, node, value: Value, n_users: int, out_names: dict) -> Value:

@@ -23,10 +23,6 @@ for _name, _template in {
 }.items():
     maps(f"aten.{_name}.default")(_unary(_template))
 
-# Inputs read through these must be drawn positive (the module's domain, e.g. log of a rand)
-POSITIVE_ARGS = {"aten.log.default", "aten.sqrt.default", "aten.rsqrt.default"}
-
-
 def _alpha(alpha) -> str:
     return "" if alpha in (None, 1) else f" * {number(alpha)}"
 

@@ -46,7 +46,7 @@ def build(path: str, check: bool):
 
 # Elements of fixed-size inputs (parameters) past which the float64 reference of every
 # test case would need gigabytes: such a spec could not be checked on a developer machine.
-MAX_STATIC_ELEMENTS = 1 << 28
+MAX_STATIC_ELEMENTS = 1 << 29
 
 
 def _check_static_size(name, emitted):

@@ -6,8 +6,6 @@ stays small: ``kdsl check`` runs the float64 reference on every case, on two cor
 """
 from __future__ import annotations
 
-import sympy
-
 from . import symbolic
 
 TEST_ELEMENTS = 1 << 17  # the largest tensor of the graph at the top of the test ranges
@@ -85,9 +83,3 @@ def tolerance(emitted) -> str:
         return "f32(rtol=2e-3, atol=2e-3)"
     return "f32(rtol=1e-4, atol=1e-5)"
 
-
-def sym_sort(syms) -> list:
-    return sorted(syms, key=lambda s: str(s))
-
-
-__all__ = ["render", "test_ranges", "tolerance", "sympy"]

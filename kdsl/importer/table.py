@@ -24,7 +24,8 @@ def maps(*names: str):
 
 
 def lookup(name: str):
-    from . import ops_elementwise, ops_linear, ops_norm, ops_pool, ops_reduce, ops_views  # noqa: F401
+    # the families register themselves on import
+    from . import ops_elementwise, ops_linear, ops_norm, ops_pool, ops_reduce, ops_views  # noqa: F401,E501
     if name not in TABLE:
         raise Unmapped(name)
     return TABLE[name]

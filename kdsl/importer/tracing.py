@@ -34,9 +34,25 @@ def trace(problem: Problem) -> Traced:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             eager = export(model, tuple(example), dynamic_shapes=dynamic)
+            if any(c.device.type == "meta" for c in eager.constants.values()
+                   if isinstance(c, torch.Tensor)):
+                # forward made a constant on its input's device: meta holds no value, so
+                # trace again on fake CPU inputs, where such a constant is a real tensor
+                try:
+                    eager = export(model, tuple(_fake_cpu(example)), dynamic_shapes=dynamic)
+                except Exception:  # keep the meta trace: the constant is then reported
+                    pass
             program = eager.run_decompositions()
     except Exception as e:
         text = str(e).strip().splitlines()
         raise ImportFailure(f"{problem.name}: torch.export failed: {type(e).__name__}: "
                             f"{text[0] if text else ''}") from None
     return Traced(program, eager, example)
+
+
+def _fake_cpu(example: list) -> list:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return [torch.empty(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x
+                for x in example]

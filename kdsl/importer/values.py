@@ -9,6 +9,7 @@ become statements is the emitter's decision (``kind``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import sympy
@@ -50,10 +51,13 @@ def reindexed(src: Value, shape, mapping: Callable, one_to_one: bool = False) ->
     mapping that only moves, drops or fixes indices keeps padded reads possible."""
     padded = None
     if one_to_one and src.padded is not None:
-        def padded(idx, pad):
-            return src.padded(mapping(idx), pad)
+        padded = partial(_padded_through, src, mapping)
     return Value(tuple(shape), src.dtype, lambda idx: src.read(mapping(idx)), VIEW, padded,
                  src.origin, src.notes)
+
+
+def _padded_through(src: Value, mapping: Callable, idx, pad) -> str:
+    return src.padded(mapping(idx), pad)
 
 
 def number(v) -> str:
