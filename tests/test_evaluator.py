@@ -454,3 +454,29 @@ def test_a_result_sums_the_lock_waits_of_its_correctness_and_timing_stages(monke
     assert r.ok, r.message
     assert holds["correctness"] > 0 and holds["timing"] > 0, holds
     assert r.artifacts["lock_wait_s"] == holds["correctness"] + holds["timing"]
+
+
+def test_a_shared_object_planted_in_the_build_cache_is_never_loaded(tmp_path, monkeypatch):
+    """The cache folder is the candidate's to write too (the same user): a kernel compiled
+    from other code, left under the key of a source the guards will pass, must not be what
+    that source's candidate process loads."""
+    import subprocess
+
+    from kdsl.backends.c import build as c_build
+    monkeypatch.setenv("KDSL_CACHE_DIR", str(tmp_path))
+    op = load("softmax")
+    from kdsl import backends
+    c = backends.get("c")
+    source = c.render(op, c.space(op, "cpu").default(), "cpu")
+    first = evaluate(source, op=op, backend="c")
+    assert first.ok, first.message
+    stub = tmp_path / "stub.c"  # every entry point, computing nothing
+    stub.write_text("".join(f"void kdsl_{dt}(void **p, long *d) {{ (void)p; (void)d; }}\n"
+                            for dt in op.dtype_choices))
+    planted = c_build.cache_dir() / f"{c_build.build_key(source)}.so"
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([c_build.COMPILER, "-shared", "-fPIC", str(stub), "-o", str(planted)],
+                   check=True)
+    again = evaluate(source, op=op, backend="c")
+    assert again.ok, again.message  # compiled afresh, not the stub
+    assert again.artifacts["meta"]["cached"] is False

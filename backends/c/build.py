@@ -49,15 +49,32 @@ def build_key(source: str, flags: tuple[str, ...] = CFLAGS) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+# None: the cache folder is trusted (tools, tests). In a candidate's process the judge sets
+# it to {build key: sha256} of the shared objects it linked itself; any other file in the
+# folder may have been put there by another candidate (the same user writes it), so it is
+# neither loaded nor written, and the build compiles into a folder of this process's own.
+CACHE_TRUST: dict[str, str] | None = None
+
+
+def private_dir(pid: int | None = None) -> Path:
+    """The folder a candidate's process builds in (removed by the judge with the process)."""
+    return Path(tempfile.gettempdir()) / f"kdsl-candidate-{pid or os.getpid()}"
+
+
 def compile_source(source: str, flags: tuple[str, ...] = CFLAGS) -> tuple[Path, dict]:
     """The shared object for ``source`` (cached), and what the build did."""
     key = build_key(source, flags)
-    out_dir = cache_dir()
-    so = out_dir / f"{key}.so"
+    trusted = CACHE_TRUST is None
+    out_dir = cache_dir() if trusted else private_dir()
+    so = cache_dir() / f"{key}.so"
     meta = {"cflags": [COMPILER, *flags], "compiler": compiler_identity(), "key": key,
             "path": str(so)}
-    if so.exists():
+    if trusted and so.exists():
         return so, {**meta, "cached": True, "compile_s": 0.0}
+    if not trusted and CACHE_TRUST.get(key):
+        copy = _verified_copy(so, CACHE_TRUST[key], out_dir / f"{key}.so")
+        if copy is not None:
+            return copy, {**meta, "path": str(copy), "cached": True, "compile_s": 0.0}
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
         src = Path(tmp) / f"{key}.c"
@@ -75,8 +92,24 @@ def compile_source(source: str, flags: tuple[str, ...] = CFLAGS) -> tuple[Path, 
             first = next((ln for ln in log.splitlines() if "error" in ln), log[:200])
             raise BuildError(f"{COMPILER} failed: {first.strip()}", log)
         (out_dir / f"{key}.c").write_text(source)
+        so = out_dir / f"{key}.so"
         os.replace(obj, so)
-    return so, {**meta, "cached": False, "compile_s": round(elapsed, 3), "log": proc.stderr}
+    return so, {**meta, "path": str(so), "cached": False, "compile_s": round(elapsed, 3),
+                "log": proc.stderr}
+
+
+def _verified_copy(so: Path, sha256: str, to: Path) -> Path | None:
+    """A private copy of ``so`` if its bytes have the digest the judge recorded, else None;
+    the copy is what gets loaded, so the shared file changing afterwards changes nothing."""
+    try:
+        data = so.read_bytes()
+    except OSError:
+        return None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        return None
+    to.parent.mkdir(parents=True, exist_ok=True)
+    to.write_bytes(data)
+    return to
 
 
 def type_variable_tensor(op: ir.Op) -> str | None:

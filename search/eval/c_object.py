@@ -7,17 +7,18 @@ and flags: its undefined symbols must be on an allow-list (libm, the OpenMP
 runtime's parallel entry points, memcpy/memset/memmove, malloc/free, libgcc's
 arithmetic helpers), it may hold no writable data (a ``static`` behind any macro
 lands in .data or .bss), and nothing in it runs when it is loaded. Nothing here
-runs the candidate; the analysis is cached by a key like the build's.
+runs the candidate; the analysis is cached by a key like the build's, in the judge's
+memory only.
 """
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import re
 import struct
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdsl.backends.c import build
@@ -100,13 +101,18 @@ class Analysis:
     load_time: list = field(default_factory=list)     # constructors, ifunc resolvers
 
 
+_ANALYSES: dict[str, Analysis] = {}  # this judge's own, never read back from a file
+_LINKED: dict[str, str] = {}         # build key -> sha256 of the shared object it linked
+_KEPT = 512
+
+
 def analyse(source: str) -> Analysis:
+    """The analysis of ``source``, cached in this process only: a file in the cache folder
+    can be written by any candidate process (the same user), and a clean analysis planted
+    there for another source's key let that source past every guard."""
     key = build.build_key(source, (GUARD_VERSION, *flags("-c")))
-    cache = build.cache_dir() / "guards" / f"{key}.json"
-    try:
-        return Analysis(**json.loads(cache.read_text()))
-    except (OSError, ValueError, TypeError):
-        pass
+    if key in _ANALYSES:
+        return _ANALYSES[key]
     with tempfile.TemporaryDirectory(prefix="kdsl-guard-") as tmp:
         src = Path(tmp) / "candidate.c"
         src.write_text(source)
@@ -128,27 +134,32 @@ def analyse(source: str) -> Analysis:
                 a.compile_error = f"cannot read the object: {e}"
             else:
                 _link_for_build(source, obj)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = cache.with_suffix(f".{os.getpid()}.tmp")
-    tmp_path.write_text(json.dumps(asdict(a)))
-    os.replace(tmp_path, cache)
+    if len(_ANALYSES) >= _KEPT:
+        _ANALYSES.pop(next(iter(_ANALYSES)))
+    _ANALYSES[key] = a
     return a
+
+
+def linked_digest(source: str) -> str | None:
+    """The sha256 of the shared object this judge linked for ``source``'s build, if any:
+    the candidate's process loads the cached one only if it still has that digest."""
+    return _LINKED.get(build.build_key(source))
 
 
 def _link_for_build(source: str, obj: Path) -> None:
     """The object linked into the shared object the c backend's build would compile, in
     its cache: one compile serves the guard and the build (a C candidate was compiled
     twice, once for each). Same source, same flags (``-fPIC`` included), so the same code;
-    a failed link leaves the build to compile as before."""
+    a failed link leaves the build to compile as before. Linked afresh every time (what
+    is in the folder may have been put there by a candidate), and its digest kept."""
     key = build.build_key(source)
     so = build.cache_dir() / f"{key}.so"
-    if so.exists():
-        return
     so.parent.mkdir(parents=True, exist_ok=True)
     tmp = so.with_suffix(f".{os.getpid()}.link")
     ok, _ = _run([build.COMPILER, "-fopenmp", "-shared", str(obj), "-o", str(tmp), "-lm"],
                  COMPILE_TIMEOUT_S)
     if ok:
+        _LINKED[key] = hashlib.sha256(tmp.read_bytes()).hexdigest()
         (so.parent / f"{key}.c").write_text(source)
         os.replace(tmp, so)
     else:

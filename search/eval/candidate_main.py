@@ -8,8 +8,9 @@ the standard library at its top for that reason.
 
 Protocol on the pipe, one request and one reply at a time:
 
-- ``("load", backend, op, source, device)``: build the candidate (the backend's own
-  build: a compile, then the module or shared object loaded here) ->
+- ``("load", backend, op, source, device, linked)``: build the candidate (the backend's
+  own build: a compile, then the module or shared object loaded here; ``linked``: the
+  digests of what the judge compiled for it) ->
   ``("built", log, meta, can_prepare)`` or ``("build_error", message, log)``.
 - ``("prepare", shapes)``: compile ahead for these (sizes, dtype) pairs.
 - ``("run", ins, outs, sizes)``: one call -> ``("ok", None)``.
@@ -127,8 +128,12 @@ class _Host:
         kind, *args = message
         return getattr(self, f"_{kind}")(*args)
 
-    def _load(self, backend, op, source, device):
+    def _load(self, backend, op, source, device, linked=None):
+        """``linked``: {build key: sha256} of what the judge compiled for this source; a C
+        build loads a cached object only if it has that digest (``c.build.CACHE_TRUST``)."""
         from kdsl.backends import BuildError
+        from kdsl.backends.c import build as c_build
+        c_build.CACHE_TRUST = dict(linked or {})
         try:
             self.built = backend.build(op, source, device)
         except BuildError as e:

@@ -86,7 +86,8 @@ def build(run: _Run) -> None:
         raise StageFailed(str(e)) from None
     run.artifacts["sandbox_wait_s"] = round(time.perf_counter() - started, 3)
     try:
-        reply = box.call("load", run.backend, run.job.op, run.source, config.device)
+        reply = box.call("load", run.backend, run.job.op, run.source, config.device,
+                         _linked(run))
     except sandbox.CandidateFault as e:
         raise StageFailed(str(e)) from None
     if reply[0] == "build_error":
@@ -100,6 +101,18 @@ def build(run: _Run) -> None:
     run.built = Built(kernel, log, meta, prepare)
     run.artifacts["build_log"] = log
     run.artifacts["meta"] = dict(meta)
+
+
+def _linked(run: _Run) -> dict:
+    """{build key: sha256} of the shared object the C guards compiled and linked for this
+    source in this process: the only cached build the candidate's process may load."""
+    if run.backend.language != "c":
+        return {}
+    from kdsl.backends.c import build as c_build
+
+    from . import c_object
+    digest = c_object.linked_digest(run.source)
+    return {c_build.build_key(run.source): digest} if digest else {}
 
 
 def _memory_mb(config) -> int | None:

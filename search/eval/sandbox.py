@@ -20,6 +20,7 @@ import contextlib
 import multiprocessing as mp
 import multiprocessing.util  # noqa: F401 - Finalize
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -124,6 +125,9 @@ class Sandbox:
             os.unlink(self.log_path)
         except OSError:
             pass
+        if self.process.pid:  # where its C builds went (kdsl.backends.c.build.private_dir)
+            shutil.rmtree(os.path.join(tempfile.gettempdir(),
+                                       f"kdsl-candidate-{self.process.pid}"), ignore_errors=True)
 
 
 _SPARE: dict[tuple, Sandbox] = {}
