@@ -479,4 +479,4 @@ def test_a_shared_object_planted_in_the_build_cache_is_never_loaded(tmp_path, mo
                    check=True)
     again = evaluate(source, op=op, backend="c")
     assert again.ok, again.message  # compiled afresh, not the stub
-    assert again.artifacts["meta"]["cached"] is False
+    assert again.artifacts["meta"]["cached"] is False, again.artifacts["meta"]

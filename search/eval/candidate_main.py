@@ -46,12 +46,19 @@ def environment(device: str) -> dict[str, str | None]:
     return {"TRITON_INTERPRET": None}
 
 
-def main(conn, device: str, memory_mb: int | None, log_path: str) -> None:
+def main(conn, device: str, memory_mb: int | None, log_path: str,
+         judge_environment: dict | None = None) -> None:
+    """``judge_environment``: the judge's variables when it asked for this process (the
+    forkserver it is forked from has them as they were when the server started; cache
+    folders and thread counts set since must reach the candidate too)."""
     from .zygote import check, release_server
     release_server()
     refused = check()
     if refused:
         raise SystemExit(refused)
+    if judge_environment is not None:
+        os.environ.clear()
+        os.environ.update(judge_environment)
     for name, value in environment(device).items():
         if value is None:
             os.environ.pop(name, None)

@@ -46,7 +46,8 @@ class Sandbox:
         os.close(fd)
         self.conn, child = self._ctx.Pipe()
         self.process = self._ctx.Process(
-            target=candidate_main.main, args=(child, device, memory_mb, self.log_path),
+            target=candidate_main.main,
+            args=(child, device, memory_mb, self.log_path, dict(os.environ)),
             name=f"kdsl-candidate-{device}", daemon=True)
         self.process.start()
         child.close()
