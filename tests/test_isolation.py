@@ -335,3 +335,38 @@ def test_a_hung_candidate_dies_with_its_judge():
     while time.monotonic() < deadline and not (gone(candidate) and gone(server)):
         time.sleep(0.1)
     assert gone(candidate) and gone(server)
+
+
+def test_a_process_the_candidate_forks_dies_with_it(pool):
+    """A forked child is outside the candidate's process, but not outside its process
+    group: stopped with it between requests, and killed with it at the end."""
+    import time
+    record = Path(tempfile.gettempdir(), f"kdsl-test-forked-{os.getpid()}")
+    record.unlink(missing_ok=True)
+    source = SOFTMAX.replace("def kernel(inputs, outputs, sizes):\n", f"""\
+def kernel(inputs, outputs, sizes):
+    import os, time
+    if not os.path.exists({str(record)!r}):
+        child = os.fork()
+        if child == 0:
+            while True:
+                time.sleep(1)
+        with open({str(record)!r}, "w") as f:
+            f.write(str(child))
+""")
+    r = pool.submit(job(source, backend="fakeraw")).result(timeout=600)
+    assert r.ok, r.message
+    child = int(record.read_text())
+    record.unlink()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        with open(f"/proc/{child}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        time.sleep(0.1)
+    os.kill(child, 9)
+    raise AssertionError("the forked child outlived its candidate")

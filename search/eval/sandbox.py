@@ -87,7 +87,10 @@ class Sandbox:
         return reply
 
     def _signal(self, sig) -> None:
-        _kill(self.pid, sig)
+        """To the candidate's process group (it leads one of its own): a process it forked
+        is stopped and killed with it (a forked spinner slowed the baseline while the
+        candidate's own process was stopped)."""
+        _kill_group(self.pid, sig)
 
     def _receive(self):
         try:
@@ -118,6 +121,8 @@ class Sandbox:
     def stop(self) -> None:
         """Kill the process (a candidate is never given a second chance) and forget it."""
         _OPEN.discard(self)
+        if self.pid is not None:
+            _kill_group(self.pid, signal.SIGKILL)
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
@@ -196,6 +201,17 @@ def spares_paused(device: str):
     finally:
         for box in paused:
             _kill(box.process.pid, signal.SIGCONT)
+
+
+def _kill_group(pid, sig) -> None:
+    """``sig`` to the process group ``pid`` leads, else to ``pid`` alone."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+            return
+    except (ProcessLookupError, TypeError, PermissionError):
+        pass
+    _kill(pid, sig)
 
 
 def _kill(pid, sig) -> None:
