@@ -127,7 +127,18 @@ def _build() -> argparse.ArgumentParser:
     x.add_argument("--format", choices=("module", "kernelbench"), default="module",
                    help="module: a torch op and a run() function; kernelbench: a "
                         "KernelBench ModelNew")
-    # more subcommands (kdsl import) are added here, each made by subcommand(sub, ...)
+    i = command("import", "make a .kspec spec of a PyTorch module in KernelBench's form")
+    i.description = ("Trace a module file (class Model, get_inputs(), get_init_inputs()) with "
+                     "torch.export to core ATen, map each op to index notation, and write one "
+                     ".kspec spec; by default the spec is checked against the module's output.")
+    i.add_argument("files", nargs="+", metavar="model.py",
+                   help="module files in KernelBench's form")
+    i.add_argument("--out", metavar="DIR",
+                   help="folder to write NAME.kspec into (created if missing; default: print "
+                        "the spec)")
+    i.add_argument("--no-check", dest="check", action="store_false",
+                   help="skip running the module against the spec's float64 reference (it "
+                        "runs by default)")
     return p
 
 

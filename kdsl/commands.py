@@ -103,3 +103,8 @@ def cmd_knowledge(args) -> int:
         for n in notes.load():
             print(f"{n.path}: {n.title}")
     return 0
+
+
+def cmd_import(args) -> int:
+    from .importer.command import run  # (sympy and torch.export: loaded only here)
+    return run(args)
