@@ -134,8 +134,8 @@ def _build() -> argparse.ArgumentParser:
     i.add_argument("files", nargs="+", metavar="model.py",
                    help="module files in KernelBench's form")
     i.add_argument("--out", metavar="DIR",
-                   help="folder to write NAME.kspec into (created if missing; default: print "
-                        "the spec)")
+                   help="folder to write NAME.kspec into, created if missing (default: "
+                        "print the spec)")
     i.add_argument("--no-check", dest="check", action="store_false",
                    help="skip running the module against the spec's float64 reference (it "
                         "runs by default)")
