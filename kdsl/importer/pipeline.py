@@ -1,6 +1,7 @@
 """The import's stages in order; each failure is an ``ImportFailure`` with one line."""
 from __future__ import annotations
 
+from ..checker import MAX_TEST_ELEMENTS
 from . import agreement, baseline_text, loading, spec_text, symbolic, tracing
 from .emit import emit
 from .errors import ImportFailure
@@ -44,9 +45,9 @@ def build(path: str, check: bool):
     return Imported(problem.name, text, check)
 
 
-# Elements of fixed-size inputs (parameters) past which the float64 reference of every
-# test case would need gigabytes: such a spec could not be checked on a developer machine.
-MAX_STATIC_ELEMENTS = 1 << 29
+# Elements of fixed-size inputs (parameters) past which the language rejects every test case
+# (the checker's bound on one case's inputs and outputs, 1 GiB in float64).
+MAX_STATIC_ELEMENTS = MAX_TEST_ELEMENTS
 
 
 def _check_static_size(name, emitted):
@@ -59,7 +60,8 @@ def _check_static_size(name, emitted):
             total += n
     if total > MAX_STATIC_ELEMENTS:
         raise ImportFailure(f"{name}: its fixed-size inputs (parameters) hold {total:,} elements, "
-                            f"past the {MAX_STATIC_ELEMENTS:,} a float64 reference can check")
+                            f"past the {MAX_STATIC_ELEMENTS:,} a test case may hold (they cannot shrink: "
+                            "parameter sizes are fixed by the module)")
 
 
 def _user_inputs(program, example):
