@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import statistics
 
 import numpy as np
 import pytest
@@ -580,3 +581,34 @@ def test_integer_inputs_without_a_domain_vary_too():
     ratio = out // x
     assert set(ratio.tolist()) <= {1, 2, 3} and len(set(ratio.tolist())) > 1
     assert torch.equal(out % x, torch.zeros_like(x))
+
+
+def test_the_time_is_never_below_the_fastest_checked_call():
+    """A kernel honest at a random fraction of its calls passes only when honest at every
+    checked call: those calls' (honest) times bound the figure, not the cheap calls'."""
+    from kdsl.search.eval import timed_calls
+    p = timed_calls.CallPlan(snap_at={0: 5, 1: 8})  # calls 5 and 8, after 2 warm-ups
+    samples = [1.0, 1.0, 1.0, 9.0, 1.0, 1.0, 8.0, 1.0]
+    arts = {}
+    assert timing.figure(samples, p, 2, arts) == 8.0
+    assert arts["checked_calls_ms"] == [9.0, 8.0]
+    honest = [3.0, 2.9, 3.1, 3.0, 3.2, 2.8, 3.0, 3.1]
+    assert timing.figure(honest, p, 2, {}) == statistics.median(honest)
+
+
+def test_loaded_modules_keep_no_state_in_containers_or_defaults():
+    import types
+
+    from kdsl.backends.frozen import freeze_module
+    mod = types.ModuleType("m")
+    exec("TABLE = {'a': [1, 2]}\n"
+         "def kernel(x, _state=([0],), *, seen={}):\n"
+         "    _state[0][0] += 1\n", vars(mod))
+    freeze_module(mod)
+    assert mod.TABLE["a"] == (1, 2)
+    with pytest.raises(TypeError):
+        mod.TABLE["b"] = 1
+    with pytest.raises(TypeError):
+        mod.kernel(None)
+    with pytest.raises(TypeError):
+        mod.kernel.__kwdefaults__["seen"]["k"] = 1

@@ -277,7 +277,7 @@ class RemoteKernel:
             plan = dict(plan, snap={c: _shared(v) for c, v in plan["snap"].items()})
         _, samples = self.box.call("time", sent, dict(sizes), warmup, reps, poisons, plan)
         if not (isinstance(samples, list) and len(samples) == reps and
-                all(isinstance(s, float) and s >= 0 for s in samples)):
+                all(isinstance(s, float) and 0 < s < float("inf") for s in samples)):
             raise CandidateFault("the candidate process answered the timing request with "
                                  "something other than its samples")
         return samples

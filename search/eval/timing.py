@@ -470,16 +470,18 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         # runs saved are worth a second of the device's time)
         cut = cutoff is not None and samples[0] > cutoff * base.ms and rest_ms > CUT_OVER_MS
     message = verified(probe, check=cut)
+    warmup, checked_plan = 0, probe
     if not cut and message is None:
         with lap("timed_runs"), hold(), torch.no_grad():
             samples, main = timed(config.warmup, config.reps)
         message = verified(main, check=True)
+        warmup, checked_plan = config.warmup, main
     if cut:
         arts["reps_cut"] = (f"one timed run, {samples[0]:.4g} ms: over {cutoff:g}x the "
                             f"baseline's {base.ms:.4g} ms")
     if message:
         return Timing(message, artifacts=arts)
-    time_ms = statistics.median(samples)
+    time_ms = figure(samples, checked_plan, warmup, arts)
     with lap("outside_view"):
         outside, contradiction = outside_view(kernel, pairs, case.sizes, device, samples, hold)
     if contradiction:
@@ -496,7 +498,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
             outside, contradiction = outside_view(kernel, pairs, case.sizes, device, again,
                                                   hold)
         if contradiction is None:
-            samples, time_ms = again, statistics.median(again)
+            samples, time_ms = again, figure(again, p, config.warmup, arts)
     arts.update(outside)
     with lap("floor"):
         nbytes = bench_traffic_bytes(op, case)
@@ -515,7 +517,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         arts["recheck_timings_ms"] = again
         below2 = floor.verdict(statistics.median(again), nbytes, bw, device)
         if below2 is None:  # the second measurement is believable: the first was not
-            samples, time_ms, below = again, statistics.median(again), None
+            samples, time_ms, below = again, figure(again, p, config.warmup, arts), None
         else:
             below = f"{below}; timed again: {statistics.median(again):.4g} ms"
     arts.update(timings_ms=samples, floor_ms=floor.floor_ms(nbytes, bw, device), bytes=nbytes,
@@ -525,6 +527,19 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     timing = Timing(None, time_ms, base.ms, base.name, arts)
     timing.message = contradiction or below
     return timing
+
+
+def figure(samples: list[float], p, warmup: int, arts: dict) -> float:
+    """The kernel's time: the median of its samples, but never below the fastest of the
+    calls whose outputs were checked. A kernel honest on a fraction of its calls, at random
+    (it cannot know which are checked), passes the checks only when it was honest at
+    every checked call, and then those calls' times are the honest time: a median of
+    cheap wrong calls around them is not believed."""
+    median = statistics.median(samples)
+    checked = [samples[c - warmup] for c in p.snap_at.values() if 0 <= c - warmup < len(samples)]
+    if checked:
+        arts["checked_calls_ms"] = [round(x, 5) for x in checked]
+    return max(median, min(checked)) if checked else median
 
 
 def _bandwidth(given, device: str, nbytes: int, hold) -> float:
