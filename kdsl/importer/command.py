@@ -1,8 +1,5 @@
-"""``kdsl import model.py [--out DIR] [--no-check]``: the CLI face of ``import_model``.
-
-The lead wires these two functions into ``kdsl/cli.py``: ``add_parser(subparsers)`` then
-``run(args)`` for the ``import`` subcommand.
-"""
+"""``kdsl import model.py [--out DIR] [--no-check]``: the CLI face of ``import_model``
+(its options are parsed in ``kdsl/cli.py``, which stays cheap to load)."""
 from __future__ import annotations
 
 import sys
@@ -12,23 +9,6 @@ from ..errors import UsageError
 from . import import_model
 from .agreement import Disagreement
 from .errors import ImportFailure
-
-
-def add_parser(subparsers):
-    p = subparsers.add_parser(
-        "import", help="make a .kspec spec of a PyTorch module in KernelBench's form",
-        description="Trace a module file (class Model, get_inputs(), get_init_inputs()) with "
-                    "torch.export to core ATen, map each op to index notation, and write one "
-                    ".kspec spec; by default the spec is checked against the module's output.")
-    p.add_argument("files", nargs="+", metavar="model.py",
-                   help="module files in KernelBench's form")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="folder to write NAME.kspec into (created if missing); "
-                        "default: print the spec to stdout")
-    p.add_argument("--no-check", dest="check", action="store_false",
-                   help="skip running the module against the spec's float64 reference "
-                        "(on by default)")
-    return p
 
 
 def run(args) -> int:
