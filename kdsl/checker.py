@@ -623,6 +623,15 @@ class Checker:
             self.error(b.loc, "baseline nested too deeply for Python to parse")
             return
         known = BASELINE_NAMES | {t.name for t in self.op.inputs} | set(self.op.dims)
+        # a value read twice may be bound once (``(t := ...)``) and read by name after: never
+        # over a name the baseline is given (an input, a dim, torch)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.NamedExpr):
+                if node.target.id in known:
+                    self.error(ir.Loc(b.loc.line, b.loc.column + node.col_offset),
+                               f"baseline binds '{node.target.id}', a name it is given")
+                    return
+        known = known | {n.target.id for n in ast.walk(tree) if isinstance(n, ast.NamedExpr)}
         big = _baseline_too_large(tree.body, set(self.op.dims))
         if big is not None:
             self.error(ir.Loc(b.loc.line, b.loc.column + big.col_offset),

@@ -307,6 +307,9 @@ CASES = [
      "baseline does not parse: invalid syntax"),
     ("baseline unknown name", edit(S, "torch.softmax(x, dim=-1)", "torch.softmax(@z, dim=-1)"),
      "baseline uses unknown name 'z'"),
+    ("baseline binds an input", edit(S, "torch.softmax(x, dim=-1)",
+                                     "torch.softmax((@x := x * 2), dim=-1)"),
+     "baseline binds 'x', a name it is given"),
 ]
 
 

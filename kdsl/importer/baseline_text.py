@@ -4,8 +4,10 @@ The graph's ATen calls (``aten.conv2d``, ``aten.linear``, ``aten.mish``: the ker
 PyTorch runs for the module) nest into one expression on the spec's input names and dims,
 so it runs at any size and on any device the spec is checked or timed on.
 
-A node read twice is written twice (so computed twice): the checker accepts no name a
-baseline binds itself (``:=``), so the graph cannot share it.
+A node read more than once is computed once: bound where the expression first evaluates
+it (``(_v_conv2d := torch.ops.aten.conv2d...)``) and read by name after. (Written out at
+each read, a residual's convolution ran twice in the baseline, which made it slower than
+the module and every speedup over it too high.)
 """
 from __future__ import annotations
 
@@ -40,15 +42,19 @@ def baseline(eager, input_names: dict, printer: symbolic.Printer, mutated=frozen
                 and value.device.type != "meta":
             dev = f", device={device_of}.device" if device_of else ""
             names[s.arg.name] = f"torch.tensor({value.item()!r}, dtype={value.dtype}{dev})"
-    texts: dict[str, str] = dict(names)
+    shared = {n.name for n in eager.graph.nodes
+              if n.op == "call_function" and len(n.users) > 1 and n.name not in names}
+    texts = _Texts(names, shared)
 
-    def render(node) -> str:
-        """The node's expression, its inputs first (only what the outputs read)."""
-        if node.name in texts:
-            return texts[node.name]
+    def render(node) -> None:
+        """The node's expression into ``texts``, its inputs' first (only what the outputs
+        read). Nothing is read out of ``texts`` here but where it is written into the
+        expression, in evaluation order."""
+        if dict.__contains__(texts, node.name):
+            return
         val = node.meta.get("val")
         if node.op != "call_function" or not isinstance(val, (torch.Tensor, tuple, list)):
-            return _arg(node, texts, printer, device_of)  # a size, in the spec's dims
+            return  # a size, in the spec's dims: written by _arg where it is read
         for a in node.all_input_nodes:
             render(a)
         if node.target is operator.getitem:
@@ -59,16 +65,45 @@ def baseline(eager, input_names: dict, printer: symbolic.Printer, mutated=frozen
                      if k not in DROPPED_KWARGS]
             text = f"torch.ops.{node.target}({', '.join(args)})"
         texts[node.name] = text
-        return text
 
     out = next(n for n in eager.graph.nodes if n.op == "output")
     results = list(out.args[0])[-len(sig.user_outputs):]
-    parts = [render(r) for r in results]
-    text = parts[0] if len(parts) == 1 else f"({', '.join(parts)})"
+    parts = []
+    for r in results:
+        render(r)
+        parts.append(_arg(r, texts, printer, device_of))
+    text = texts.bind(parts[0] if len(parts) == 1 else f"({', '.join(parts)})")
     if len(text) > MAX_BASELINE_CHARS:
         raise ImportFailure(f"the baseline expression grows past {MAX_BASELINE_CHARS} characters "
                             "(a value read many times is written out each time)")
     return text
+
+
+class _Texts(dict):
+    """Node name -> its expression; a shared node's reads are a token, which ``bind`` turns
+    into a binding at the first read in the finished expression (Python evaluates it left
+    to right, inner calls first) and the name at every later one."""
+
+    def __init__(self, names: dict, shared: set):
+        super().__init__(names)
+        self.shared = shared
+
+    def __getitem__(self, name: str) -> str:
+        return f"\0{name}\0" if name in self.shared else super().__getitem__(name)
+
+    def bind(self, text: str, bound: set | None = None) -> str:
+        bound = set() if bound is None else bound
+        out, parts = [], text.split("\0")
+        for k, part in enumerate(parts):
+            if k % 2 == 0:
+                out.append(part)
+            elif part in bound:
+                out.append(f"_v_{part}")
+            else:
+                bound.add(part)
+                inner = self.bind(dict.__getitem__(self, part), bound)
+                out.append(f"(_v_{part} := {inner})")
+        return "".join(out)
 
 
 def _arg(a, texts, printer, device_of) -> str:
