@@ -337,9 +337,11 @@ def test_a_hung_candidate_dies_with_its_judge():
     assert gone(candidate) and gone(server)
 
 
-def test_a_process_the_candidate_forks_dies_with_it(pool):
+@pytest.mark.parametrize("leaves", [False, True], ids=["in its group", "setsid"])
+def test_a_process_the_candidate_forks_dies_with_it(pool, leaves):
     """A forked child is outside the candidate's process, but not outside its process
-    group: stopped with it between requests, and killed with it at the end."""
+    group, nor (if it leaves the group) outside its descendants: stopped with it between
+    requests, and killed with it at the end."""
     import time
     record = Path(tempfile.gettempdir(), f"kdsl-test-forked-{os.getpid()}")
     record.unlink(missing_ok=True)
@@ -349,6 +351,8 @@ def kernel(inputs, outputs, sizes):
     if not os.path.exists({str(record)!r}):
         child = os.fork()
         if child == 0:
+            if {leaves!r}:
+                os.setsid()
             while True:
                 time.sleep(1)
         with open({str(record)!r}, "w") as f:

@@ -68,6 +68,7 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
     confine.limit(memory_mb, file_cap=LOG_CAP_BYTES)
     confine.die_with_parent()
     os.setpgid(0, 0)  # a group of its own: the judge stops and kills what it forks with it
+    confine.subreaper()  # and what leaves the group stays below it, where the judge looks
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import faulthandler
     faulthandler.enable()

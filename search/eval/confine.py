@@ -52,6 +52,18 @@ def die_with_parent() -> None:
         pass
 
 
+def subreaper() -> None:
+    """Linux: orphaned descendants are re-parented to this process, not to init, so they
+    stay its descendants (a forked process that called setsid and whose parent exited)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    except OSError:
+        pass
+
+
 def exit_text(code: int) -> str:
     """How a process ended, from its exit code: 'killed by signal SIGSEGV', 'exited with
     code 3' (a SIGKILL is most often the kernel's out-of-memory killer)."""

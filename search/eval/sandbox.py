@@ -204,14 +204,47 @@ def spares_paused(device: str):
 
 
 def _kill_group(pid, sig) -> None:
-    """``sig`` to the process group ``pid`` leads, else to ``pid`` alone."""
+    """``sig`` to the process group ``pid`` leads (else to ``pid``), and to every process
+    descended from ``pid`` that left the group (``setsid``): the candidate is a subreaper,
+    so even an orphaned grandchild stays its descendant. The descendants are listed before
+    anything is signalled (once the candidate is killed they belong to no one)."""
+    # (on a stop or a kill: a process stopped outside the group is never resumed; it is
+    # killed at the end)
+    below = descendants(pid) if pid is not None and sig != signal.SIGCONT else []
     try:
         if os.getpgid(pid) == pid:
             os.killpg(pid, sig)
-            return
+        else:
+            _kill(pid, sig)
     except (ProcessLookupError, TypeError, PermissionError):
-        pass
-    _kill(pid, sig)
+        _kill(pid, sig)
+    for other in below:
+        try:
+            if os.getpgid(other) != pid:
+                _kill(other, sig)
+        except ProcessLookupError:
+            pass
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``, from each thread's /proc children list (a process
+    with none costs one directory read)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += kids
+            todo += kids
+    return found
 
 
 def _kill(pid, sig) -> None:
