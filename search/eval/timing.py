@@ -451,6 +451,12 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
             return _verify(op, sets, p, device, where, hold) if check else \
                 _advance(sets, p)
 
+    def time_again():
+        """A second full timing request, checked: (samples, plan, failure or None)."""
+        with lap("recheck"), hold(), torch.no_grad():
+            again, p = timed(config.warmup, config.reps)
+        return again, p, verified(p, check=True)
+
     with lap("baseline"):
         base = time_baseline(op, case, device, baseline_mode(config), config, timer, cache,
                              compile_fn, hold, waited=arts)
@@ -488,9 +494,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         # re-checked before it is rejected: the candidate's median and the judge's batches
         # taken again, back to back. A busy host can slow the batches once (a process
         # starting on the same cores); a median claimed too low is contradicted every time
-        with lap("recheck"), hold(), torch.no_grad():
-            again, p = timed(config.warmup, config.reps)
-        message = verified(p, check=True)
+        again, p, message = time_again()
         if message:
             return Timing(message, artifacts=arts)
         arts["outside_first"] = contradiction
@@ -509,9 +513,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
             below = floor.verdict(time_ms, nbytes, bw, device)
     if below:
         # re-checked before it is rejected: timed again on fresh inputs and checked again
-        with lap("recheck"), hold(), torch.no_grad():
-            again, p = timed(config.warmup, config.reps)
-        message = verified(p, check=True)
+        again, p, message = time_again()
         if message:
             return Timing(message, artifacts=arts)
         arts["recheck_timings_ms"] = again
