@@ -123,7 +123,7 @@ def _build() -> argparse.ArgumentParser:
     x.add_argument("run", help="the run directory")
     x.add_argument("--out", required=True, metavar="FILE",
                    help="the Python file to write: a file name, not a directory (unlike "
-                        "search's and compare's --out); missing directories are made")
+                        "search's and compare's --out), in a directory that exists")
     x.add_argument("--format", choices=("module", "kernelbench"), default="module",
                    help="module: a torch op and a run() function; kernelbench: a "
                         "KernelBench ModelNew")
