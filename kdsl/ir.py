@@ -249,6 +249,16 @@ class Op:
                 return t.dtypes[:1]
         return ("f32",)
 
+    def type_variable_input(self) -> str | None:
+        """The input whose dtype picks the kernel variant: one declaring the type variable,
+        else one ``like`` it (None: the op has one dtype)."""
+        if len(self.dtype_choices) <= 1:
+            return None
+        for t in self.inputs:
+            if t.like is None and len(t.dtypes) > 1:
+                return t.name
+        return next((t.name for t in self.inputs if t.like is not None), None)
+
     def dtype_of(self, name: str, dtype: str) -> str:
         """The concrete dtype of tensor ``name`` when the op's type variable is ``dtype``."""
         t = self.tensor(name)

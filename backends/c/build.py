@@ -112,19 +112,6 @@ def _verified_copy(so: Path, sha256: str, to: Path) -> Path | None:
     return to
 
 
-def type_variable_tensor(op: ir.Op) -> str | None:
-    """An input whose dtype is the op's type variable (it picks the kernel variant)."""
-    if len(op.dtype_choices) <= 1:
-        return None
-    for t in op.inputs:
-        if t.like is None and len(t.dtypes) > 1:
-            return t.name
-    for t in op.inputs:
-        if t.like is not None:
-            return t.name
-    return None
-
-
 _TORCH_NAMES = {v: k for k, v in dtypes.TORCH.items()}
 _EMPTY: dict[int, object] = {}
 
@@ -148,7 +135,7 @@ def load(op: ir.Op, path: Path, meta: dict) -> Built:
         fn = getattr(lib, f"kdsl_{dt}")
         fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], None
         fns[dt] = fn
-    chooser = type_variable_tensor(op)
+    chooser = op.type_variable_input()
     tensors = [(t.name, "in") for t in op.inputs] + [(t.name, "out") for t in op.outputs]
     dims = op.dims
 

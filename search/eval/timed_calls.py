@@ -46,6 +46,7 @@ class CallPlan:
     offsets: list = field(default_factory=list)    # per call: the window's offset
     snap_at: dict = field(default_factory=dict)    # set index -> call index kept
     snaps: dict = field(default_factory=dict)      # set index -> output tensors (the copies)
+    sequences: dict = field(default_factory=dict)  # name -> its factors, made once (judge)
 
     def wire(self) -> dict:
         """As the candidate's process receives it: call index -> where to copy the outputs."""
@@ -114,24 +115,27 @@ def vary(out, pristine, sequence, offset: int) -> None:
         torch.mul(src[whole:], window[:n - whole], out=dst[whole:])
 
 
-def inputs_at(wire: dict, ins: dict, pristine: dict, call: int | None,
-              sequences: dict | None = None) -> dict:
-    """``ins`` set to what the plan makes them at ``call`` (None: as handed, pristine)."""
-    for i, name in enumerate(wire["names"]):
-        if call is None:
-            ins[name].copy_(pristine[name])
-            continue
-        seq = sequences[name] if sequences else factors(wire["seed"], i, pristine[name])
-        vary(ins[name], pristine[name], seq, wire["offsets"][call])
-    return ins
+def inputs_at(wire: dict, ins: dict, pristine: dict, call: int, sequences: dict) -> None:
+    """``ins`` set to what the plan makes them at ``call`` (the candidate's side)."""
+    for name in wire["names"]:
+        vary(ins[name], pristine[name], sequences[name], wire["offsets"][call])
 
 
 def expected_inputs(p: CallPlan, pristine: dict, call: int) -> dict:
     """The judge's own copy of a set's inputs as they were at ``call``."""
     expected = dict(pristine)
-    for name in p.names:
+    for i, name in enumerate(p.names):
+        if name not in p.sequences:
+            p.sequences[name] = factors(p.seed, i, pristine[name])
         expected[name] = pristine[name].clone()
-    return inputs_at(p.wire(), expected, pristine, call)
+        vary(expected[name], pristine[name], p.sequences[name], p.offsets[call])
+    return expected
+
+
+def restore(p: CallPlan, ins: dict, pristine: dict) -> None:
+    """The varied inputs made pristine again, for the next request."""
+    for name in p.names:
+        ins[name].copy_(pristine[name])
 
 
 def last_call(p: CallPlan, k: int, nsets: int) -> int | None:

@@ -592,5 +592,5 @@ def _advance(sets, p) -> str | None:
         message = timed_calls.inputs_intact(ins, expected)
         if message:
             return f"{message} during the timed runs"
-        timed_calls.inputs_at(p.wire(), ins, pristine, None)
+        timed_calls.restore(p, ins, pristine)
     return None

@@ -75,7 +75,7 @@ def _docstring(k: Kernel, plan: dims_mod.DimPlan) -> str:
 
 def _facts(k: Kernel, plan: dims_mod.DimPlan) -> str:
     op = k.op
-    chooser = _type_var(op)
+    chooser = op.type_variable_input()
     table = {dt: {t.name: dtypes.TORCH[op.dtype_of(t.name, dt)]
                   for t in op.inputs + op.outputs} for dt in op.dtype_choices}
     shapes = {t.name: [format_expr(e) for e in t.shape] for t in op.inputs + op.outputs}
@@ -120,15 +120,6 @@ def _facts(k: Kernel, plan: dims_mod.DimPlan) -> str:
 def _tuple(shape) -> str:
     items = [dims_mod.py(e) for e in shape]
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
-def _type_var(op: ir.Op) -> str | None:
-    if len(op.dtype_choices) <= 1:
-        return None
-    for t in op.inputs:
-        if t.like is None and len(t.dtypes) > 1:
-            return t.name
-    return next((t.name for t in op.inputs if t.like is not None), None)
 
 
 def _value_checks(op: ir.Op) -> list[str]:
