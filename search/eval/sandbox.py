@@ -131,9 +131,9 @@ class Sandbox:
             os.unlink(self.log_path)
         except OSError:
             pass
-        if self.process.pid:  # where its C builds went (kdsl.backends.c.build.private_dir)
-            shutil.rmtree(os.path.join(tempfile.gettempdir(),
-                                       f"kdsl-candidate-{self.process.pid}"), ignore_errors=True)
+        if self.process.pid:  # where its C builds went
+            from kdsl.backends.c.build import private_dir
+            shutil.rmtree(private_dir(self.process.pid), ignore_errors=True)
 
 
 _SPARE: dict[tuple, Sandbox] = {}
