@@ -24,11 +24,16 @@ KernelFn = Callable[[dict, dict, dict], None]
 
 @dataclass(frozen=True)
 class Gene:
-    """One schedule choice. ``ordered`` genes (block sizes, warps) allow neighbourhood steps."""
+    """One schedule choice. ``ordered`` genes (block sizes, warps) allow neighbourhood steps.
+
+    ``level`` places the choice in a search's decision order, coarse first: 0 the strategy,
+    1 the kernel's structure, 2 its sizes, 3 fine tuning. None: structure for an unordered
+    gene, sizes for an ordered one."""
     name: str
     values: tuple
     ordered: bool = False
     doc: str = ""
+    level: int | None = None
 
     def __post_init__(self):
         if not self.values:

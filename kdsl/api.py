@@ -112,7 +112,8 @@ def search(spec_or_path, backend: str | tuple[str, ...] = "c", budget: int = 30,
            device: str = "cpu", policy: str = "mcts", seed: int = 0, workers: int = 1,
            out: str | Path | None = None, *, op: str | None = None, executor: str = "pool",
            cache: str | Path | None = None, llm: str = "off", baseline: str = "auto",
-           use_stored: bool = True, use_priors: bool = True, verbose: bool = False) -> Run:
+           use_stored: bool = True, use_priors: bool = True, cost_model: str = "auto",
+           confirm_rounds: int = 3, verbose: bool = False) -> Run:
     """Search kernels for one op of a spec (a path, a ``kdsl.load`` result or an op of
     it) and return the finished run. ``out``: the run directory (a fresh temporary one
     when None). ``executor``: 'pool' (workers), 'inline' or 'ray'. The other arguments
@@ -128,10 +129,16 @@ def search(spec_or_path, backend: str | tuple[str, ...] = "c", budget: int = 30,
     if not backends:
         raise UsageError("backend: give at least one backend")
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="kdsl-run-")) / "run"
+    from kdsl.search.policies import parse as parse_policy
+    try:
+        policy, params = parse_policy(policy)
+    except ValueError as e:
+        raise UsageError(f"policy: {e}") from None
     settings = SearchSettings(
         spec=str(path), op=op_name, backends=backends, device=device, policy=policy,
-        seed=seed, budget=budget, workers=workers, executor=executor, llm=resolve_mode(llm),
-        use_priors=use_priors, use_stored=use_stored,
+        policy_params=params, seed=seed, budget=budget, workers=workers, executor=executor,
+        llm=resolve_mode(llm), use_priors=use_priors, use_stored=use_stored,
+        cost_model=cost_model, confirm_rounds=confirm_rounds,
         eval=EvalConfig(device=device, slow_cutoff=SEARCH_SLOW_CUTOFF, baseline=baseline))
     display = LogDisplay() if verbose else QuietDisplay()
     runs.start(settings, out, str(cache) if cache else None, display)

@@ -106,7 +106,8 @@ def _build() -> argparse.ArgumentParser:
     c.add_argument("spec", help="a .kspec file")
     _search_options(c, compare=True)
     c.add_argument("--policies", default="mcts,greedy,random,evolution",
-                   help="policies to compare, joined by commas")
+                   help="policies to compare, joined by commas, each with parameters after "
+                        "colons if wanted: mcts,uct:c=0.3,greedy")
     c.add_argument("--seeds", default="0-4", help="a range 0-4 or a list 0,1,2")
     c.add_argument("--out", required=True, metavar="DIR",
                    help="a directory for the runs (one per policy and seed), their shared "
@@ -127,6 +128,9 @@ def _build() -> argparse.ArgumentParser:
     x.add_argument("--format", choices=("module", "kernelbench"), default="module",
                    help="module: a torch op and a run() function; kernelbench: a "
                         "KernelBench ModelNew")
+    x.add_argument("--force", action="store_true",
+                   help="export the run's best even where its re-measurement found it slower "
+                        "than the run's starting genome or the baseline")
     i = command("import", "make a .kspec spec of a PyTorch module in KernelBench's form")
     i.description = ("Trace a module file (class Model, get_inputs(), get_init_inputs()) with "
                      "torch.export to core ATen, map each op to index notation, and write one "
@@ -147,7 +151,9 @@ def _search_options(p, compare: bool = False) -> None:
     p.add_argument("--backend", default="c", help="a backend, or several joined by commas")
     if not compare:
         p.add_argument("--policy", default="mcts",
-                       help="search policy: mcts, greedy, random or evolution")
+                       help="search policy: mcts (a tree over the genome's decisions), uct (a "
+                            "tree over mutated kernels), greedy, random or evolution; "
+                            "parameters after colons, e.g. mcts:c=0.3:mutation=0.2")
         p.add_argument("--seed", type=int, default=0, metavar="N",
                        help="seed of every random choice")
     p.add_argument("--budget", type=_positive, default=SEARCH_BUDGET, metavar="N",
@@ -184,6 +190,14 @@ def _search_options(p, compare: bool = False) -> None:
                    help="ignore what earlier runs learned about operator weights")
     p.add_argument("--no-stored", action="store_true",
                    help="start from the backend's defaults, not the best genome in specs/genomes/")
+    if not compare:  # compare ranks the searches' own curves: it re-measures nothing
+        p.add_argument("--confirm-rounds", type=int, default=3, metavar="N",
+                       help="at the end, re-measure the best candidates and the starting "
+                            "genome N times each, interleaved, and crown the best median (0: "
+                            "keep the search's single timings)")
+    p.add_argument("--cost-model", choices=("auto", "on", "off"), default="auto",
+                   help="rank proposals with a learned cost model (lightgbm, the model extra); "
+                        "auto: on when lightgbm is installed")
 
 
 def _baseline_option(p) -> None:

@@ -13,7 +13,8 @@ from .errors import UsageError
 
 DISTRIBUTION = "kdsl-kernels"
 # import name -> the extra that installs it
-EXTRA_OF = {"triton": "triton", "anthropic": "llm", "bm25s": "llm", "matplotlib": "plot"}
+EXTRA_OF = {"triton": "triton", "anthropic": "llm", "bm25s": "llm", "matplotlib": "plot",
+            "lightgbm": "model"}
 
 
 def installed(module: str) -> bool:

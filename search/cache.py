@@ -171,6 +171,10 @@ class MeasurementCache:
         # what each scope stands for, so a person reading the file can tell them apart
         self.db.execute("CREATE TABLE IF NOT EXISTS environments "
                         "(scope TEXT PRIMARY KEY, description TEXT)")
+        # cost-model rows (features, reward) of fresh measurements, by op class: what a
+        # later run's model starts from (``costmodel.py``)
+        self.db.execute("CREATE TABLE IF NOT EXISTS observations (scope TEXT, op_class TEXT, "
+                        "backend TEXT, op_hash TEXT, row TEXT, reward REAL)")
         self.db.execute("INSERT OR IGNORE INTO environments VALUES (?, ?)",
                         (self.scope, json.dumps(self.env, sort_keys=True)))
         self.db.commit()
@@ -191,6 +195,24 @@ class MeasurementCache:
         blob = msgpack.packb(result.to_record(), default=str)
         self.db.execute("INSERT OR REPLACE INTO results VALUES (?, ?)", (self._key(key), blob))
         self.db.commit()
+
+    def add_observation(self, op_class: str, backend: str, op_hash: str, row: dict,
+                        reward: float) -> None:
+        self.db.execute("INSERT INTO observations VALUES (?, ?, ?, ?, ?, ?)",
+                        (self.scope, op_class, backend, op_hash,
+                         json.dumps(row, sort_keys=True), float(reward)))
+        self.db.commit()
+
+    def observations(self, op_class: str, backends: tuple[str, ...],
+                     limit: int = 1024) -> list[tuple[dict, float]]:
+        """The latest ``limit`` rows of ops of ``op_class`` on these backends, measured in
+        this environment, oldest first."""
+        marks = ",".join("?" * len(backends))
+        rows = self.db.execute(
+            f"SELECT row, reward FROM observations WHERE scope = ? AND op_class = ? AND "
+            f"backend IN ({marks}) ORDER BY rowid DESC LIMIT ?",
+            (self.scope, op_class, *backends, limit)).fetchall()
+        return [(json.loads(r), float(w)) for r, w in reversed(rows)]
 
     def __len__(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM results").fetchone()[0]

@@ -14,8 +14,12 @@ from .jobs import SEARCH_SLOW_CUTOFF, EvalConfig
 from .llm.setup import resolve_mode
 from .operators import FatalOperatorError
 from .runstore import RunError
+from .policies import parse as parse_policy
 from .settings import SearchSettings
 
+# with LLM operators on, the share of mcts's proposals that rewrite its best kernel through
+# the run's operators (LLM rewrites among them) instead of deciding a genome
+LLM_REWRITE_SHARE = 0.25
 DEFAULT_BUDGET = SEARCH_BUDGET  # about a minute for the c backend on a 2-core machine
 
 
@@ -27,10 +31,19 @@ def settings_from(args, policy: str, seed: int) -> SearchSettings:
     options = {"address": args.ray_address} if getattr(args, "ray_address", None) else {}
     if args.max_llm_calls is not None and args.max_llm_calls < 0:
         raise UsageError("--max-llm-calls must be at least 0")
+    try:
+        policy, params = parse_policy(policy)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    llm = resolve_mode(args.llm)
+    if policy == "mcts" and llm != "off":
+        params.setdefault("rewrite", LLM_REWRITE_SHARE)
     return SearchSettings(spec=args.spec, op=args.op, backends=backends, device=args.device,
-                          policy=policy, seed=seed, budget=budget, workers=args.workers,
+                          policy=policy, policy_params=params, seed=seed, budget=budget,
+                          workers=args.workers, cost_model=getattr(args, "cost_model", "auto"),
+                          confirm_rounds=_rounds(getattr(args, "confirm_rounds", 0)),
                           executor=args.executor, executor_options=options,
-                          llm=resolve_mode(args.llm), model=args.model,
+                          llm=llm, model=args.model,
                           max_llm_calls=args.max_llm_calls, llm_repairs=args.llm_repairs,
                           llm_call_timeout_s=args.llm_call_timeout,
                           llm_run_budget_s=args.llm_run_budget,
@@ -38,6 +51,12 @@ def settings_from(args, policy: str, seed: int) -> SearchSettings:
                           use_stored=not args.no_stored,
                           eval=EvalConfig(device=args.device, slow_cutoff=SEARCH_SLOW_CUTOFF,
                                           baseline=getattr(args, "baseline", None) or "auto"))
+
+
+def _rounds(n: int) -> int:
+    if n < 0:
+        raise UsageError(f"--confirm-rounds must be 0 or more, got {n}")
+    return n
 
 
 def display_for(args, title: str):
@@ -50,8 +69,25 @@ def report(store, summary: dict, recorded: int | None = None) -> None:
     """The run's outcome on stdout; ``recorded``: how many of its evaluations a resume
     found already done (replayed, not run again)."""
     best = summary.get("best")
+    confirmed = summary.get("confirmed")
     print(f"run: {store.root}")
-    if best:
+    if best and confirmed:
+        c = confirmed["best"]
+        lo, hi = c["spread"]
+        times = (f" ({c['time_ms']:.4g} ms vs {c['baseline_ms']:.4g} ms)"
+                 if c.get("time_ms") and c.get("baseline_ms") else "")
+        print(f"best: node {c['node']}, {c['median_speedup']:.3f}x over "
+              f"{summary['baseline']['name']}{times}, median of {confirmed['rounds']} "
+              f"re-measurements (spread {lo:.3f}-{hi:.3f}x) -> "
+              f"{store.root / best['source_path']}")
+        start = next((r for r in confirmed["candidates"] if r["start"]), None)
+        if start is not None and start["node"] != c["node"]:
+            print(f"start: node {start['node']}, {start['median_speedup']:.3f}x "
+                  f"(spread {start['spread'][0]:.3f}-{start['spread'][1]:.3f}x)")
+        if confirmed["regression"]:
+            print(f"warning: the confirmed best is {confirmed['verdict']}; kdsl export "
+                  "refuses it without --force")
+    elif best:
         print(f"best: node {best['node']}, {best['speedup']:.3f}x over "
               f"{summary['baseline']['name']} ({best['time_ms']:.4g} ms vs "
               f"{summary['baseline']['time_ms']:.4g} ms) -> {store.root / best['source_path']}")

@@ -7,6 +7,7 @@ chose to evaluate, not timing noise.
 from __future__ import annotations
 
 import json
+import random
 import statistics
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from kdsl.errors import UsageError
 from . import lineage, runs
 from .commands import settings_from
 from .display import QuietDisplay
-from .policies import POLICIES
+from .policies import parse as parse_policy
 from .runstore import RunStore
 
 
@@ -44,8 +45,25 @@ def evals_to_reach(curve: list[float], target: float) -> int | None:
     return None
 
 
+def bootstrap_ci(values: list[float], seed: int = 0, resamples: int = 2000,
+                 level: float = 0.95) -> tuple[float, float]:
+    """A percentile bootstrap interval of the mean (fixed seed: the same data, the same
+    interval)."""
+    if len(values) < 2:
+        v = values[0] if values else float("nan")
+        return (v, v)
+    rng = random.Random(f"kdsl-ci:{seed}")
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values)))
+                   for _ in range(resamples))
+    lo = means[int((1 - level) / 2 * resamples)]
+    hi = means[min(resamples - 1, int((1 + level) / 2 * resamples))]
+    return (lo, hi)
+
+
 def summarize(curves: dict[str, dict[int, list[float]]]) -> dict:
-    """Per policy: best per seed, mean, std, evaluations to 95% of the best of any run."""
+    """Per policy: best per seed, mean, std, evaluations to 95% of the best of any run, with
+    95% bootstrap intervals over the seeds. A run that never reached the target counts its
+    budget plus one (so the mean is a lower bound where any run missed: ``reached``)."""
     top = max((c[-1] for runs_ in curves.values() for c in runs_.values() if c), default=0.0)
     target = 0.95 * top
     out = {"target_speedup": target, "best_any": top, "policies": {}}
@@ -53,11 +71,16 @@ def summarize(curves: dict[str, dict[int, list[float]]]) -> dict:
         bests = [c[-1] if c else 0.0 for c in by_seed.values()]
         reach = [evals_to_reach(c, target) for c in by_seed.values()]
         hit = [r for r in reach if r is not None]
+        censored = [r if r is not None else len(c) + 1 for r, c in zip(reach, by_seed.values())]
         out["policies"][policy] = {
             "seeds": list(by_seed), "best": bests, "mean": statistics.fmean(bests),
             "std": statistics.pstdev(bests) if len(bests) > 1 else 0.0,
+            "best_ci95": bootstrap_ci(bests),
             "evals_to_95": reach,
             "mean_evals_to_95": statistics.fmean(hit) if hit else None,
+            "evals_to_95_censored": censored,
+            "mean_evals_to_95_censored": statistics.fmean(censored),
+            "evals_to_95_ci95": bootstrap_ci([float(x) for x in censored]),
             "reached_95": f"{len(hit)}/{len(reach)}",
         }
     return out
@@ -66,8 +89,10 @@ def summarize(curves: dict[str, dict[int, list[float]]]) -> dict:
 def compare(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for p in policies:
-        if p not in POLICIES:
-            raise UsageError(f"unknown policy '{p}'; known: {', '.join(POLICIES)}")
+        try:
+            parse_policy(p)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     seeds = parse_seeds(args.seeds)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,7 +102,7 @@ def compare(args) -> int:
     for policy in policies:
         curves[policy] = {}
         for seed in seeds:
-            run_dir = out / f"{policy}-{seed}"
+            run_dir = out / f"{policy.replace(':', '_')}-{seed}"
             if (run_dir / "lineage.msgpack").exists():
                 store = RunStore.open(run_dir)  # already done: reuse it (compare is resumable)
             else:
@@ -103,12 +128,14 @@ def compare(args) -> int:
                                                  f"evaluations ({len(seeds)} seeds)")
     t = Table(title=f"compare {Path(args.spec).stem} (target {result['target_speedup']:.3f}x "
                     "= 95% of the best of any run)")
-    for col in ("policy", "best per seed", "mean", "std", "evals to 95%", "reached"):
+    for col in ("policy", "best per seed", "mean (95% CI)", "evals to 95% (95% CI)",
+                "reached"):
         t.add_column(col)
     for p, r in result["policies"].items():
-        t.add_row(p, " ".join(f"{b:.3f}" for b in r["best"]), f"{r['mean']:.3f}",
-                  f"{r['std']:.3f}",
-                  "-" if r["mean_evals_to_95"] is None else f"{r['mean_evals_to_95']:.1f}",
+        (blo, bhi), (elo, ehi) = r["best_ci95"], r["evals_to_95_ci95"]
+        t.add_row(p, " ".join(f"{b:.3f}" for b in r["best"]),
+                  f"{r['mean']:.3f} ({blo:.3f}-{bhi:.3f})",
+                  f"{r['mean_evals_to_95_censored']:.1f} ({elo:.1f}-{ehi:.1f})",
                   r["reached_95"])
     Console().print(t)
     if drawn:

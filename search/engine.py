@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 
 from kdsl import backends, ir
 
+from kdsl.knowledge.opclass import op_class
+
+from . import costmodel
 from .cache import MeasurementCache, config_key
 from .candidate import Candidate
 from .jobs import EvalConfig, EvalJob, Executor
@@ -27,6 +30,7 @@ from .lineage import source_hash
 from .operators import Context, FatalOperatorError, OperatorFailure, OperatorSet
 from .policies import make as make_policy
 from .policies.base import Proposal
+from .policies.decisions import Decisions
 from .result import Result
 from .runstore import RunError, RunStore
 
@@ -69,12 +73,18 @@ class Engine:
                  ctx: Context, operators: OperatorSet, config: EvalConfig, policy: str,
                  seed: int, workers: int, policy_params: dict | None = None,
                  display: Display | None = None, languages: dict[str, str] | None = None,
-                 on_record=None):
+                 on_record=None, model=None):
         self.op, self.store, self.executor, self.cache = op, store, executor, cache
         self.ctx, self.operators, self.config = ctx, operators, config
         self.seed, self.workers = seed, max(1, workers)
+        # the op's scale, the cost model's features shared across ops (see costmodel.py)
+        self.scale = costmodel.op_features(op, config.device)
+        self.decisions = Decisions(ctx.spaces)
+        self.op_class = op_class(op)
         self.policy = make_policy(policy, seed=seed, starts=len(ctx.starts),
+                                  spaces=ctx.spaces, model=model, scale=self.scale,
                                   **(policy_params or {}))
+        self.policy.novel = self.novel
         self.display = display or Display()
         self.languages = languages or {}
         self.on_record = on_record  # summary writer, called after every recorded node
@@ -115,10 +125,27 @@ class Engine:
             self.identities[key] = (c.backend, runs) if runs is not None else None
         return self.identities[key]
 
+    def novel(self, backend: str, genes: dict) -> bool:
+        """Whether a genome would be a new candidate: not seen, not running a kernel an
+        earlier candidate ran (a policy that proposes genomes asks before it proposes)."""
+        c = Candidate.of(backend, genes)
+        recorded = (self.replay.get(self.policy.tree.next_id) or {}).get("key")
+        if recorded is not None:
+            # replaying: the first genome the recorded run found new was the one it
+            # recorded, so exactly that one is new now (whatever this kdsl's backends can
+            # tell of twins that the recording one could not)
+            return self.key(c) == recorded
+        if self.key(c) in self.seen:
+            return False
+        runs = self.identity(c)
+        return runs is None or runs not in self.seen_runs
+
     def make(self, p: Proposal) -> tuple[str, Candidate | OperatorFailure]:
         """The operator's name and its child (or its failure) for proposal ``p``."""
         if p.kind == "start":
             return "start", self.ctx.starts[p.start_index]
+        if p.kind == "decide":  # the policy chose the genome itself
+            return "decide", Candidate.of(p.backend, dict(p.genome), origin=self.policy.name)
         parents = [self.candidates[i] for i in p.parents if i in self.candidates]
         recorded = (self.replay.get(p.node) or {}).get("key")
         name, seen, twins, first = "?", 0, 0, None
@@ -186,6 +213,7 @@ class Engine:
             how = "replay" if p.node in self.replay else False
             return p, name, _done(Result.failure("operator", child.reason)), None, how
         self.candidates[p.node] = child
+        self.policy.placed(p.node, child.backend, child.genes if child.source is None else None)
         self.seen.add(self.key(child))
         if (runs := self.identity(child)) is not None:
             self.seen_runs.add(runs)
@@ -219,10 +247,19 @@ class Engine:
                 stats.cache_hits += 1
             elif child is not None:
                 self.cache.put(self.key(child), result)
+                self._share(child, reward)
             record = self._record(p, name, child, result, stats.done - 1)
         if self.on_record:
             self.on_record(record, stats)
         self.display.update(stats, record)
+
+    def _share(self, child: Candidate, reward: float) -> None:
+        """A fresh measurement of a genome, as a row later runs' cost models start from."""
+        if child.source is not None or child.backend not in self.ctx.spaces:
+            return
+        row = costmodel.encode(child.backend, self.ctx.spaces[child.backend].complete(
+            child.genes), self.decisions.by_backend[child.backend], self.scale)
+        self.cache.add_observation(self.op_class, child.backend, self.op_hash, row, reward)
 
     def _remember(self, p: Proposal, name: str, child: Candidate, result: Result) -> None:
         """Feed what was learned back to the operators: results, lineage, repairs."""

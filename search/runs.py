@@ -14,7 +14,7 @@ from kdsl import __version__, backends, ir
 from kdsl import spec as spec_mod
 from kdsl.errors import UsageError
 
-from . import learned
+from . import confirm, learned
 from .cache import MeasurementCache
 from .engine import Display, Engine, Stats
 from .files import check_out
@@ -110,6 +110,7 @@ class SummaryWriter:
                                             "lock_wait": Counter()}
         self.count = 0
         self.last_write = 0.0
+        self.confirmed: dict | None = None  # the end's re-measurement (confirm.py)
         for r in store.nodes:
             self.add(r)
 
@@ -144,6 +145,13 @@ class SummaryWriter:
         if improved or time.monotonic() - self.last_write >= 1.0:
             self.write()
 
+    def adopt_confirmed(self) -> None:
+        """kernels/best.* becomes the confirmed best's kernel (the search's own best may
+        have lost its crown to a re-measurement)."""
+        rel = ((self.confirmed or {}).get("best") or {}).get("source_path")
+        if rel and (self.store.root / rel).is_file():
+            self.best_path = self.store.mark_best(rel, rel.rsplit(".", 1)[-1])
+
     def write(self, stopped: str | None = None) -> dict:
         best = self.best
         elapsed = time.monotonic() - self.t0
@@ -172,6 +180,16 @@ class SummaryWriter:
             "evaluations_per_s": round(self.count / elapsed, 4) if elapsed > 0 else None,
             "versions": versions(),
         }
+        if self.confirmed is not None:
+            c = self.confirmed["best"]
+            summary["search_best"] = summary["best"]
+            summary["best"] = {
+                "node": c["node"], "time_ms": c["time_ms"], "speedup": c["median_speedup"],
+                "spread": c["spread"], "confirmed": True, "verdict": self.confirmed["verdict"],
+                "source_path": self.best_path or c["source_path"],
+                "node_source_path": c["source_path"], "backend": c["backend"],
+                "genome": c["genome"]}
+            summary["confirmed"] = self.confirmed
         summary.update(self.extras())
         self.last_write = time.monotonic()
         if stopped:
@@ -199,18 +217,56 @@ def _engine(settings: SearchSettings, op: ir.Op, store: RunStore, cache_path,
 
     def extras() -> dict:
         out = {"operator_weights": operators.weights, "environment": cache.env}
+        out["cost_model"] = model.to_record() if model is not None else None
         out["llm"] = {"mode": settings.llm, "model": settings.model,
                       **session.client.usage.to_record()} if session else {"mode": "off"}
         return out
 
     cache = MeasurementCache(cache_path, settings.device, settings.backends)
     executor = executor or make_executor(settings)
+    model = cost_model_of(store.header)
     writer = SummaryWriter(store, settings, op, store.summary().get("elapsed_s") or 0.0,
                            extras)
     engine = Engine(op, store, executor, cache, ctx, operators, settings.eval, settings.policy,
                     settings.seed, settings.workers, settings.policy_params, display,
-                    languages, on_record=writer)
+                    languages, on_record=writer, model=model)
     return engine, writer, executor, cache
+
+
+def cost_model_header(settings: SearchSettings, op: ir.Op, cache_path) -> dict:
+    """What the run's cost model starts from, fixed when the run begins (so a resume ranks
+    as the first run did): whether it is on, and the earlier runs' rows of this op's class
+    from the measurement cache (none when the run uses no earlier knowledge)."""
+    from . import costmodel
+    if settings.cost_model not in ("auto", "on", "off"):
+        raise UsageError(f"--cost-model takes auto, on or off, not '{settings.cost_model}'")
+    on = settings.cost_model == "on" or (settings.cost_model == "auto" and costmodel.available())
+    if settings.cost_model == "on" and not costmodel.available():
+        from kdsl import extras
+        extras.require("the cost model (--cost-model on)", "lightgbm")
+    prior = []
+    if on and settings.use_priors and cache_path and Path(cache_path).exists():
+        from kdsl.knowledge.opclass import op_class
+        cache = MeasurementCache(cache_path, settings.device, settings.backends)
+        try:
+            prior = cache.observations(op_class(op), tuple(settings.backends))
+        finally:
+            cache.close()
+    return {"on": on, "prior": [[row, reward] for row, reward in prior]}
+
+
+def cost_model_of(header: dict):
+    """The run's cost model, from its header (None: off, or a run from before models)."""
+    from . import costmodel
+    spec = header.get("cost_model") or {}
+    if not spec.get("on"):
+        return None
+    if not costmodel.available():
+        from kdsl import extras
+        extras.require("this run's cost model", "lightgbm")
+    seed = int((header.get("settings") or {}).get("seed") or 0)
+    return costmodel.CostModel([(row, costmodel.target(r)) for row, r in spec.get("prior") or []],
+                               seed=seed)
 
 
 def execute(settings: SearchSettings, store: RunStore, op: ir.Op, cache_path,
@@ -221,6 +277,10 @@ def execute(settings: SearchSettings, store: RunStore, op: ir.Op, cache_path,
     stopped = None
     try:
         engine.run(settings.budget)
+        writer.confirmed = confirm.confirm(op, executor, settings.eval, store.nodes,
+                                           settings.seed, settings.confirm_top,
+                                           settings.confirm_rounds)
+        writer.adopt_confirmed()
     except KeyboardInterrupt:
         stopped = "interrupted"
     finally:
@@ -255,7 +315,8 @@ def start(settings: SearchSettings, out: str | Path, cache_path: str | None = No
         check_out(Path(cache_path).parent, "--cache")
     header = {"settings": settings.to_record(), "op_hash": op.hash,
               "cache": str(cache_path) if cache_path else None, "created": time.time(),
-              "priors": _priors(settings, op)}
+              "priors": _priors(settings, op),
+              "cost_model": cost_model_header(settings, op, cache_path)}
     try:
         store = RunStore.create(out, header, text)
     except RunError as e:

@@ -35,6 +35,11 @@ class SearchSettings:
     knowledge_path: str | None = None       # learned-knowledge store; None: the default
     use_priors: bool = True                 # weight operators by what earlier runs learned
     use_stored: bool = True                 # start from specs/genomes/ (else the defaults)
+    cost_model: str = "auto"                # 'auto' (on when lightgbm is there) | 'on' | 'off'
+    confirm_rounds: int = 0                 # re-measurements of the bests at the end (the CLI
+                                            # and kdsl.search ask 3; a run recorded before
+                                            # they existed resumes with none)
+    confirm_top: int = 2                    # how many of the bests (the start comes too)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_record(self) -> dict:

@@ -64,9 +64,12 @@ def rounded(value, digits: int = JSON_DIGITS):
     return value
 
 
-def candidate_rows(nodes: list[dict]) -> list[dict]:
-    """One plain record per candidate, in id order: what a table or a script needs."""
-    top = lineage.best(nodes)
+def candidate_rows(nodes: list[dict], best_node: int | None = None) -> list[dict]:
+    """One plain record per candidate, in id order: what a table or a script needs.
+    ``best_node``: the run's confirmed best (summary.json), else the fastest record."""
+    top = next((r for r in nodes if r["id"] == best_node), None) if best_node is not None \
+        else None
+    top = top or lineage.best(nodes)
     on_path = {r["id"] for r in lineage.path_to(nodes, top["id"])} if top else set()
     rows = []
     for r in sorted(nodes, key=lambda r: r["id"]):
@@ -101,9 +104,11 @@ def show_run(path: str, plot: str | None = None, as_json: bool = False,
         require()  # a missing matplotlib said before the summary, not after it
     store = _open(path)
     s = store.summary()
-    rows = candidate_rows(store.nodes)
+    confirmed = (s.get("confirmed") or {}).get("best_node") if isinstance(s, dict) else None
+    rows = candidate_rows(store.nodes, confirmed)
     if as_json:
-        best = lineage.best(store.nodes)
+        best = next((r for r in store.nodes if r["id"] == confirmed), None) \
+            or lineage.best(store.nodes)
         record = {"run": str(path), "summary": s,
                   "best_lineage": [r["id"] for r in lineage.path_to(store.nodes, best["id"])]
                   if best else [],
@@ -155,7 +160,11 @@ def _summary_table(path: str, s: dict) -> Table:
     t.add_row("baseline", f"{base.get('name')} {_ms(base.get('time_ms'))}")
     best = s.get("best")
     if isinstance(best, dict):
-        t.add_row("best", f"node {best.get('node')}: {_x(best.get('speedup'))}, "
+        spread = best.get("spread")
+        how = (f" (median of re-measurements, spread {_x(spread[0])}-{_x(spread[1])}; "
+               f"{best.get('verdict')})" if isinstance(spread, list) and len(spread) == 2
+               and all(_is_number(v) for v in spread) else "")
+        t.add_row("best", f"node {best.get('node')}: {_x(best.get('speedup'))}{how}, "
                           f"{_ms(best.get('time_ms'))}, {best.get('source_path')}")
     env = s.get("environment")
     if isinstance(env, dict) and env.get("device_model"):

@@ -5,7 +5,9 @@ import math
 
 import pytest
 
-from kdsl.search.policies import MCTS, POLICIES, ROOT, Evolution, Greedy, RandomSampling, make
+from kdsl.backends.base import Gene, Space
+
+from kdsl.search.policies import UCT, POLICIES, ROOT, Evolution, Greedy, RandomSampling, make
 
 
 def drive(policy, reward_of, n):
@@ -19,7 +21,7 @@ def drive(policy, reward_of, n):
 
 
 def test_starts_then_draft_phase():
-    pol = MCTS(seed=0, starts=2, draft=3)
+    pol = UCT(seed=0, starts=2, draft=3)
     props = drive(pol, lambda p: 1.0, 5)
     assert [p.kind for p in props] == ["start", "start", "draft", "draft", "draft"]
     assert [p.start_index for p in props[:2]] == [0, 1]
@@ -28,7 +30,7 @@ def test_starts_then_draft_phase():
 
 
 def test_ucb_formula_normalizes_by_best():
-    pol = MCTS(seed=0, starts=0, draft=2, c=0.5)
+    pol = UCT(seed=0, starts=0, draft=2, c=0.5)
     drive(pol, lambda p: {1: 2.0, 2: 4.0}[p.node], 2)
     child = pol.tree.nodes[1]
     expected = (2.0 / 1) / 4.0 + 0.5 * math.sqrt(math.log(2) / 1)
@@ -37,7 +39,7 @@ def test_ucb_formula_normalizes_by_best():
 
 
 def test_backpropagation_updates_the_whole_path():
-    pol = MCTS(seed=0, starts=0, draft=1, k=10.0, crossover=0.0)
+    pol = UCT(seed=0, starts=0, draft=1, k=10.0, crossover=0.0)
     drive(pol, lambda p: 1.0, 1)          # node 1 under the root
     p = pol.propose(1)[0]                 # widening k=10: the root drafts again
     assert p.kind == "draft"
@@ -53,7 +55,7 @@ def test_backpropagation_updates_the_whole_path():
 
 
 def test_progressive_widening_bounds_children():
-    pol = MCTS(seed=1, starts=0, draft=1, k=1.0, alpha=0.5, crossover=0.0)
+    pol = UCT(seed=1, starts=0, draft=1, k=1.0, alpha=0.5, crossover=0.0)
     drive(pol, lambda p: 1.0 + 0.001 * p.node, 60)
     for node in pol.tree.nodes.values():
         if node.id == ROOT:
@@ -65,21 +67,21 @@ def test_progressive_widening_bounds_children():
 
 
 def test_tie_breaking_prefers_lowest_id():
-    pol = MCTS(seed=0, starts=0, draft=3, k=0.1, crossover=0.0)  # k small: no root widening
+    pol = UCT(seed=0, starts=0, draft=3, k=0.1, crossover=0.0)  # k small: no root widening
     drive(pol, lambda p: 1.0, 3)  # three identical children of the root
     p = pol.propose(1)[0]
     assert p.kind == "mutate" and p.parents == (1,)
 
 
 def test_mcts_descends_to_the_better_subtree():
-    pol = MCTS(seed=0, starts=0, draft=2, c=0.1, k=0.5, crossover=0.0)
+    pol = UCT(seed=0, starts=0, draft=2, c=0.1, k=0.5, crossover=0.0)
     drive(pol, lambda p: {1: 1.0, 2: 3.0}.get(p.node, 2.0), 2)
     p = pol.propose(1)[0]
     assert p.parents == (2,)
 
 
 def test_crossover_children_name_two_parents():
-    pol = MCTS(seed=3, starts=0, draft=3, crossover=1.0)
+    pol = UCT(seed=3, starts=0, draft=3, crossover=1.0)
     props = drive(pol, lambda p: 1.0 + p.node, 10)
     cross = [p for p in props if p.kind == "crossover"]
     assert cross and all(len(p.parents) == 2 and p.parents[0] != p.parents[1] for p in cross)
@@ -110,15 +112,17 @@ def test_evolution_tournament_from_population():
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_same_seed_same_proposals(name):
+    space = Space((Gene("strategy", ("a", "b")), Gene("tile", (16, 32, 64, 128), ordered=True)))
+
     def run():
-        pol = make(name, seed=7, starts=1)
+        pol = make(name, seed=7, starts=1, spaces={"fake": space})
         return [(p.node, p.parents, p.kind) for p in
                 drive(pol, lambda p: 1.0 + (p.node * 37 % 11) / 10, 40)]
     assert run() == run()
 
 
 def test_parallel_proposals_are_distinct_nodes():
-    pol = MCTS(seed=0, starts=1, draft=2)
+    pol = UCT(seed=0, starts=1, draft=2)
     batch = pol.propose(4)
     assert len({p.node for p in batch}) == 4
     pol.observe([(p.node, 1.0) for p in batch])
@@ -128,7 +132,7 @@ def test_parallel_proposals_are_distinct_nodes():
 
 def test_max_backup_values_a_subtree_by_its_best_kernel():
     def grown(backup):
-        pol = MCTS(seed=0, starts=0, c=0.0, backup=backup)
+        pol = UCT(seed=0, starts=0, c=0.0, backup=backup)
         t = pol.tree
         a = t.add((ROOT,))
         t.observe(a.id, 4.0)                   # a fast kernel...
@@ -141,4 +145,4 @@ def test_max_backup_values_a_subtree_by_its_best_kernel():
     assert mean.ucb(2, a_mean) == pytest.approx((4.0 + 0.0) / 2 / 4.0)
     assert best.ucb(2, a_best) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="backup"):
-        MCTS(backup="median")
+        UCT(backup="median")

@@ -22,11 +22,20 @@ FORMATS = ("module", "kernelbench")
 __all__ = ["FORMATS", "Kernel", "export", "kernel_of_run", "module_text", "op_name", "write"]
 
 
-def kernel_of_run(run_dir: str | Path) -> Kernel:
-    """The best kernel of a run, with its op; UsageError (one line) when there is none."""
+def kernel_of_run(run_dir: str | Path, force: bool = False) -> Kernel:
+    """The best kernel of a run, with its op: the best of its re-measurements where the run
+    made them (``confirm.py``), else the search's fastest. UsageError (one line) when there
+    is none, and when the confirmed best is slower than the run's start or the baseline,
+    unless ``force``."""
     from ..runs import open_run
     store, settings = open_run(run_dir)
+    confirmed = store.summary().get("confirmed") or {}
     best = lineage.best(store.nodes)
+    if confirmed.get("best_node") is not None:
+        best = next((r for r in store.nodes if r["id"] == confirmed["best_node"]), best)
+        if confirmed.get("regression") and not force:
+            raise UsageError(f"{run_dir}: its confirmed best (node {confirmed['best_node']}) is "
+                             f"{confirmed.get('verdict')}; export it anyway with --force")
     if best is None or not best.get("source_path"):
         raise UsageError(f"{run_dir} has no correct kernel to export yet")
     if not isinstance(best.get("candidate"), dict) or not best["candidate"].get("backend"):
@@ -52,8 +61,11 @@ def kernel_of_run(run_dir: str | Path) -> Kernel:
     res = best["result"]
     point = next((p for p in op.bench if p.device == settings.device),
                  next((p for p in op.bench if p.device is None), None))
-    note = (f"from {run_dir}, node {best['id']}, backend {backend}, {res['speedup']:.3f}x over "
-            f"{res.get('baseline_name')} on {settings.device}")
+    speedup = (confirmed["best"]["median_speedup"] if confirmed.get("best_node") == best["id"]
+               else res["speedup"])
+    how = " (median of its re-measurements)" if confirmed.get("best_node") == best["id"] else ""
+    note = (f"from {run_dir}, node {best['id']}, backend {backend}, {speedup:.3f}x over "
+            f"{res.get('baseline_name')} on {settings.device}{how}")
     return Kernel(op, source, "c" if best["source_path"].endswith(".c") else "python",
                   backend, settings.device, note, point.size_dict() if point else None)
 
@@ -72,7 +84,7 @@ def write(kernel: Kernel, out: str | Path, fmt: str = "module") -> Path:
 
 
 def export(args) -> int:
-    kernel = kernel_of_run(args.run)
+    kernel = kernel_of_run(args.run, force=getattr(args, "force", False))
     write(kernel, args.out, args.format)
     print(f"wrote {args.out} ({args.format}: {kernel.note}; torch.ops.kdsl.{op_name(kernel)})")
     return 0

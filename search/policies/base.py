@@ -3,7 +3,8 @@
 A policy never evaluates anything and never does I/O. ``propose(n)`` returns
 ``n`` proposals, each naming a fresh node id, its parents and what kind of
 operator should make it ('start' = the i-th starting candidate, 'draft' = an
-independent sample, 'mutate', 'crossover'); ``observe`` feeds back rewards
+independent sample, 'mutate', 'crossover'; 'decide' carries a genome the policy
+chose itself); ``observe`` feeds back rewards
 (speedups; 0 for any failure). Node 0 is the root: it stands for "nothing
 yet" and is the parent of every start and draft node.
 """
@@ -21,8 +22,10 @@ TOP = 256  # how many of the best nodes the tree keeps ranked (enough for any po
 class Proposal:
     node: int
     parents: tuple[int, ...]
-    kind: str          # 'start' | 'draft' | 'mutate' | 'crossover'
+    kind: str          # 'start' | 'draft' | 'mutate' | 'crossover' | 'decide'
     start_index: int = -1
+    backend: str = ""           # 'decide': the genome the policy chose outright
+    genome: tuple = ()          # sorted (gene, value) pairs
 
 
 @dataclass
@@ -87,6 +90,7 @@ class Policy:
     """Common bookkeeping: start candidates first, then the policy's own choices."""
 
     name = "policy"
+    needs_spaces = False  # True: made with the run's spaces (and cost model), see ``make``
 
     def __init__(self, seed: int = 0, starts: int = 1, **params):
         self.rng = random.Random(f"kdsl-policy:{self.name}:{seed}")
@@ -109,6 +113,9 @@ class Policy:
     def observe(self, results: list[tuple[int, float]]) -> None:
         for node_id, reward in results:
             self.tree.observe(node_id, reward)
+
+    def placed(self, node: int, backend: str, genes: dict | None) -> None:
+        """The engine made node ``node``: a genome of ``backend`` (None: free source)."""
 
     def follow_up(self, parent: int, kind: str) -> Proposal:
         """A node the engine asks for outside the policy's choice (an LLM repair of a failed
