@@ -77,6 +77,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=10000)
     ap.add_argument("--policy", default="mcts")
+    ap.add_argument("--cost-model", choices=("auto", "on", "off"), default="auto",
+                    help="mcts's cost model (auto: on where lightgbm is installed)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     backends.REGISTRY["bench-fake"] = Backend()
@@ -88,13 +90,15 @@ def main(argv=None) -> int:
             clock = Clock()
             s = SearchSettings(spec="specs/softmax.kspec", op=None, backends=("bench-fake",),
                                policy=policy, seed=0, budget=args.nodes, executor="inline",
-                               use_priors=False, knowledge_path=str(Path(tmp) / "k.json"))
+                               use_priors=False, knowledge_path=str(Path(tmp) / "k.json"),
+                               cost_model=args.cost_model)
             t0 = time.perf_counter()
             runs.start(s, Path(tmp) / "run", None, clock, Executor())
             total = time.perf_counter() - t0
             st = clock.stamps
-            marks = [m for m in (1000, 10000) if m <= len(st)]
-            row = {"policy": policy, "nodes": len(st), "total_s": round(total, 2)}
+            marks = [m for m in (1000, 2000, 5000, 10000) if m <= len(st)]
+            row = {"policy": policy, "cost_model": args.cost_model, "nodes": len(st),
+                   "total_s": round(total, 2)}
             for m in marks:
                 row[f"ms_per_node_at_{m}"] = round(window_ms(st, max(2, m - 500), m), 3)
             rows.append(row)

@@ -22,6 +22,7 @@ import importlib.util
 import json
 import platform
 import sqlite3
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -98,10 +99,15 @@ def _files_of(name: str) -> list[tuple[str, Path]]:
     (one of kdsl.backends' subpackages) and the shared lowering; a backend defined
     elsewhere (a plugin, a test's fake) by its own module's file."""
     module = _backend_module(name)
-    spec = importlib.util.find_spec(module) if module else None
-    if spec is None or not spec.origin:
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except ValueError:  # a backend defined in a script run as __main__ has no spec
+        spec = None
+    origin = spec.origin if spec is not None else getattr(sys.modules.get(module or ""),
+                                                          "__file__", None)
+    if not origin:
         return []
-    origin = Path(spec.origin)
+    origin = Path(origin)
     if not module.startswith("kdsl.backends."):
         return [(origin.name, origin)]
     root = Path(importlib.util.find_spec("kdsl.backends").origin).parent

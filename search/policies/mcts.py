@@ -165,14 +165,11 @@ class MCTS(Policy):
             return self.rng.choice([v for v in untried
                                     if abs(d.values.index(v) - anchor) == near])
         if self.model is not None and len(untried) > 1:
-            scored = []
-            for v in untried:
-                paths = [self._complete(prefix + (v,), 0) for _ in range(4)]
-                pred = self._predict(paths)
-                if pred is None:
-                    break
-                scored.append((max(pred), v))
-            if len(scored) == len(untried):
+            per = 4  # completions a value is judged by (one prediction call for all)
+            paths = [self._complete(prefix + (v,), 0) for v in untried for _ in range(per)]
+            pred = self._predict(paths)
+            if pred is not None:
+                scored = [(max(pred[i * per:(i + 1) * per]), v) for i, v in enumerate(untried)]
                 top = max(s for s, _ in scored)
                 return self.rng.choice([v for s, v in scored if s == top])
         return self.rng.choice(untried)
