@@ -33,6 +33,7 @@ from kdsl.backends.triton.plan import SEG, Plan, make_plan
 from kdsl.backends.triton import staged
 from kdsl.backends.triton import rows as triton_rows
 from kdsl.backends.triton import sort as triton_sort
+from kdsl.backends.triton import window_nd
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4)
@@ -252,6 +253,8 @@ def _stage_genes(op: ir.Op, device: str):
 
 def _render_one(op: ir.Op, genome: dict, name: str):
     plan = _plan(op)
+    if plan.kind == "rows" and genome.get("reduce") == window_nd.STRATEGY:
+        return window_nd.render_genome(op, plan, genome, name)
     gen = triton_sort if plan.kind == "collective" else triton_rows
     return gen.render(op, plan, genome, name)
 
@@ -361,12 +364,17 @@ def _genes(op: ir.Op, plan: Plan, bench: dict[str, int]) -> tuple[list[Gene], di
         d.update(BLOCK_C=bc, BLOCK_R=br, num_warps=4 if br * bc <= 1024 else 8)
     else:
         strategies = triton_rows.strategies(plan)
+        if window_nd.tiles_of(op, plan) is not None:  # pooling of any dimensionality
+            strategies += (window_nd.STRATEGY,)
         genes.append(Gene("reduce", strategies, False,
                           "onepass: whole column in registers; looped: a pass per "
-                          "reduction level; online: max+sum / mean+var fused"))
+                          "reduction level; online: max+sum / mean+var fused; tiles: a "
+                          "window reduction (pooling) over a [BLOCK_R, BLOCK_C] tile of "
+                          "outputs, taps in nested loops"))
         genes.append(Gene("BLOCK_R", ROWS, True, "row lanes per program"))
         genes.append(Gene("BLOCK_C", COLS, True, "column chunk of looped passes"))
-        d.update(_row_defaults(plan, bench, strategies))
+        d.update(window_nd.preferred(op, plan, bench, strategies)
+                 or _row_defaults(plan, bench, strategies))
         if plan.row_values and any(st.inner for st in plan.stores):
             # rows written back after their reductions read the column twice: the second
             # read comes from L2 when the first kept it (jagged_softmax: L2 80% busy, hit
