@@ -126,4 +126,6 @@ class CostModel:
         import numpy as np
         x = np.array([[r.get(c, np.nan) for c in self.columns] for r in rows],
                      dtype=np.float64)
-        return [float(v) for v in self.model.predict(x)]
+        # one thread: OpenMP's start-up costs more than a few dozen rows (5 ms a call on
+        # a busy 2-core machine against 0.2)
+        return [float(v) for v in self.model.predict(x, num_threads=1)]

@@ -30,7 +30,7 @@ import math
 from .base import ROOT, Policy, Proposal
 from .decisions import Decisions, DecisionTree
 
-TRIES = 24  # rollouts tried for a new genome before falling back to a uniform sample
+TRIES = 8  # rollouts tried for a new genome (each changes more) before a uniform sample
 
 
 class _Exhausted(Exception):
