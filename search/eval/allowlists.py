@@ -176,9 +176,11 @@ class Profile:
             if path.startswith(mod + "."):
                 # past an allowed name, the rest is attribute access on a value; but past a
                 # class it is an unbound method (``torch.Tensor.softmax(x, -1)`` is torch
-                # computing), so a class ends the path
+                # computing), so a class ends the path. Longest name first: a constant the
+                # list names in full (``PropagateNan.ALL``) is allowed whatever its class
+                # is in this Triton (an Enum in one release, a plain class in another)
                 parts, names = path[len(mod) + 1:].split("."), self.names(mod)
-                for i in range(1, len(parts) + 1):
+                for i in range(len(parts), 0, -1):
                     name = ".".join(parts[:i])
                     if name in names:
                         return i == len(parts) or not _is_class(mod, name)
