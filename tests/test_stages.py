@@ -285,3 +285,30 @@ def test_a_long_single_index_reduction_to_few_outputs_is_cut_in_chunks():
     assert isinstance(last, ir.Binary) and last.op == "/"  # a mean: partial sums over N
     defaults = get("triton").space(op, "cuda").default()
     assert defaults["s0.BLOCK_R"] == 1 and defaults["s0.BLOCK_C"] == 1024  # along the chunk
+
+
+def test_reductions_of_one_row_that_feed_each_other_share_a_stage():
+    """A log-sum-exp averaged over the batch: the row maximum and the sum of exponentials
+    are one stage (one pass over the logits), the batch mean another."""
+    op = kspec.parse_text("""
+op lse_mean
+  dims B, C
+  in  x: f32 [B, C]
+  in  t: i64 [B] in 0..C
+  out loss: f32 []
+  m[i] = max(j) x[i, j]
+  lse[i] = m[i] + log(sum(j) exp(x[i, j] - m[i]))
+  loss[] = mean(i) (lse[i] - x[i, t[i]])
+  baseline torch.nn.functional.cross_entropy(x, t)
+  tolerance f32(rtol=1e-5, atol=1e-5)
+  test B in 1..50, C in 1..300
+  bench B=32768, C=4096, dtype=f32
+""").ops[0]
+    staged = split(op, {"B": 32768, "C": 4096})
+    first = staged.stages[0]
+    assert sorted(t.name for t in first.outputs) == ["kd_r0", "m"]
+    assert all(not any(isinstance(n, ir.Access) and n.tensor == "m"
+                       for n in ir.walk(st.value))
+               for st in first.statements if st.target == "m")
+    # the maximum feeds the sum in the same stage; nothing after reads x by rows again
+    assert len(staged.stages) < 4

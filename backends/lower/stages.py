@@ -111,6 +111,9 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
                 chunked(st, tensors, bench, min_programs) or \
                 peel(st, tensors, bench, min_programs, op)
             peeled = peeled or len(parts) > 1
+            if len(parts) == 1 and groups and _same_rows(groups[-1], st, tensors):
+                groups[-1].append(st)  # one pass over the rows computes both
+                continue
             groups += [[p] for p in parts]
         elif st.target in operands:
             groups.append([st])
@@ -130,6 +133,30 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
         stages.append(_stage(op, f"{op.name}_s{len(stages)}", group, defs, materialized,
                              tensors, scratch))
     return Staged(op, tuple(stages), tuple(scratch.values()), peeled=peeled)
+
+
+def _same_rows(group: list[ir.Statement], st: ir.Statement, tensors) -> bool:
+    """Whether reduction ``st`` can join the stage of ``group``, a stage of whole
+    reductions: the same output axes (names and extents) and the same reduced ranges, and
+    every read of the group's results at the row's own indices. Then one program a row
+    computes them all, one pass over the data (a log-sum-exp's maximum and its sum of
+    exponentials, before the loss averages them), not a kernel each that reads the data
+    again."""
+    if not isinstance(st.value, ir.Reduce):
+        return False
+    own = {g.target for g in group}
+    for g in group:
+        if not isinstance(g.value, ir.Reduce) or g.indices != st.indices or \
+                tensors[g.target].shape != tensors[st.target].shape or \
+                g.value.op in ("argmax", "argmin") or st.value.op in ("argmax", "argmin") or \
+                [(r.name, r.lo, r.hi) for r in g.value.indices] != \
+                [(r.name, r.lo, r.hi) for r in st.value.indices]:
+            return False
+    row = tuple(ir.Name(i) for i in st.indices)
+    for n in ir.walk(st.value):
+        if isinstance(n, ir.Access) and n.tensor in own and tuple(n.subscripts) != row:
+            return False
+    return any(isinstance(n, ir.Access) and n.tensor in own for n in ir.walk(st.value))
 
 
 def _computed_operands(statements, reductions) -> set[str]:
