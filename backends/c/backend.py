@@ -23,6 +23,11 @@ Genes (only those that matter for an op are in its space):
 - ``vec``: preferred vector width in bits; ``simdlen``: omp simd length hint (0: none);
   ``unroll``: ``#pragma GCC unroll`` of innermost loops (0: compiler's choice).
 - ``fast_div``: division by a loop-invariant value becomes a multiply by its reciprocal.
+- ``gemm``: a contraction (``contraction.recognise``) as a ``packed`` GEMM (module ``gemm``), or
+  as the loop nest of any other statement (``loops``, its operands copied by
+  ``lower.layouts`` first); ``mr`` x ``nr`` the micro-kernel's register tile, ``kc``,
+  ``mc``, ``nc`` the K, M and N blocks, ``split_k`` whether K is split across threads
+  when a contraction has too few blocks for them.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ from kdsl import ir
 
 from kdsl.backends.c import build as c_build
 from kdsl.backends.c import plan as c_plan
+from kdsl.backends.c.contraction import contractions
 from kdsl.backends.lower.layouts import contiguous_operands
 from kdsl.backends.lower.scans import ranges_as_scans
 from kdsl.backends.base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
@@ -103,10 +109,11 @@ class CBackend:
             genes.append(Gene("acc", ("float", "double"), doc="float accumulator precision"))
         if facts["division"] and not (op.tolerance and op.tolerance.exact):
             genes.append(Gene("fast_div", (True, False), doc="reciprocal of invariant divisors"))
+        if facts["contraction"]:
+            genes += GEMM_GENES
         return Space(tuple(genes))
 
     def options(self, op: ir.Op, genome: Genome, device: str = "cpu") -> Options:
-        op = canonical(op)
         g = self.space(op, device).complete(genome)
         order = tuple(int(x) for x in str(g.get("order", "")).split(",") if x != "")
         return Options(threads=g["threads"], schedule=g.get("schedule", "static"), order=order,
@@ -114,20 +121,24 @@ class CBackend:
                        reduce_order=g.get("reduce_order", "auto"), tile=g.get("tile", 128),
                        unroll=g["unroll"] or None, simdlen=g["simdlen"] or None, vec=g["vec"],
                        reduce_vec=g.get("reduce_vec", "simd"), acc=g.get("acc", "float"),
-                       fast_div=g.get("fast_div", True), prefetch=g.get("prefetch", 0))
+                       fast_div=g.get("fast_div", True), prefetch=g.get("prefetch", 0),
+                       gemm=g.get("gemm", "loops"), mr=g.get("mr", 8), nr=g.get("nr", 32),
+                       kc=g.get("kc", 256), mc=g.get("mc", 256), nc=g.get("nc", 512),
+                       split_k=g.get("split_k", "auto"))
 
     # ---- code ----
     def render(self, op: ir.Op, genome: Genome, device: str) -> str:
-        op = canonical(op)
         from kdsl.backends.c.render import render
         why = self.supports(op, device)
         if why:
             raise Unsupported(why)
         g = self.space(op, device).complete(genome)
+        opt = self.options(op, genome, device)
+        op = canonical(op, opt.gemm == "packed")
         header = f"kdsl c kernel: op {op.name} ({op.hash}), genome " + \
                  ", ".join(f"{k}={v}" for k, v in sorted(g.items()))
         try:
-            return render(op, self.options(op, genome, device), header)
+            return render(op, opt, header)
         except (KeyError, ValueError, NotImplementedError) as e:
             raise Unsupported(f"{type(e).__name__}: {e}") from e
 
@@ -136,12 +147,28 @@ class CBackend:
         return c_build.load(op, path, meta)
 
 
+GEMM_GENES = (
+    Gene("gemm", ("packed", "loops"), doc="contractions as a packed GEMM or a loop nest"),
+    Gene("mr", (8, 6, 4, 12), ordered=True, doc="micro-kernel rows"),
+    Gene("nr", (32, 16, 48, 64), ordered=True, doc="micro-kernel columns"),
+    Gene("kc", (256, 128, 384, 512), ordered=True, doc="K block of a packed GEMM"),
+    Gene("mc", (256, 64, 128, 192), ordered=True, doc="M block of a GEMM task"),
+    Gene("nc", (512, 128, 256, 1024), ordered=True, doc="N block of a GEMM task"),
+    Gene("split_k", ("auto", "off"), doc="split K across threads when tasks are few"),
+)
+
+
 @functools.lru_cache(maxsize=256)
-def canonical(op: ir.Op) -> ir.Op:
+def canonical(op: ir.Op, packed: bool = False) -> ir.Op:
     """The op as the shared lowering reads it: prefix and suffix ranged sums as scans (a
     suffix sum walked output by output is quadratic), contraction factors copied into
-    the layout the row updates read contiguously."""
-    return contiguous_operands(ranges_as_scans(op))
+    the layout the row updates read contiguously, except (``packed``) those of a
+    contraction the packed GEMM reads itself."""
+    op = ranges_as_scans(op)
+    if not packed:
+        return contiguous_operands(op)
+    found = contractions(op)
+    return contiguous_operands(op, keep=lambda st: st.target in found)
 
 
 def _statement_problem(st: ir.Statement) -> str | None:
@@ -184,6 +211,7 @@ def _facts(op: ir.Op) -> dict:
         "reduce": any(isinstance(n, ir.Reduce) for n in nodes),
         "float_acc": floats,
         "division": any(isinstance(n, ir.Binary) and n.op == "/" for n in nodes),
+        "contraction": bool(contractions(op) or contractions(c_plan.inline(op))),
     }
 
 

@@ -20,7 +20,9 @@ class Block:
         return self.pre + self.main
 
     def has_loop(self) -> bool:
-        return any(isinstance(x, Loop) for x in self.items())
+        return any(isinstance(x, Loop) or (isinstance(x, If) and (x.then.has_loop() or
+                                                                   x.orelse.has_loop()))
+                   for x in self.items())
 
 
 @dataclass
@@ -33,6 +35,14 @@ class Loop:
     vector: bool = True           # may take omp simd when innermost
     reductions: list = field(default_factory=list)  # (omp op, variable)
     head: list = field(default_factory=list)        # extra pragmas (omp for ...)
+
+
+@dataclass
+class If:
+    """``if (cond) { then } else { orelse }`` (no else when ``orelse`` is empty)."""
+    cond: str
+    then: Block = field(default_factory=Block)
+    orelse: Block = field(default_factory=Block)
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,13 @@ def render_lines(items: list, style: Style, indent: int) -> list[str]:
     for x in items:
         if isinstance(x, Loop):
             out += render_loop(x, style, indent)
+        elif isinstance(x, If):
+            out.append(pad + f"if ({x.cond}) {{")
+            out += render_lines(x.then.items(), style, indent + 1)
+            if x.orelse.items():
+                out.append(pad + "} else {")
+                out += render_lines(x.orelse.items(), style, indent + 1)
+            out.append(pad + "}")
         else:
             out += [pad + line for line in x.split("\n")]
     return out
@@ -75,4 +92,4 @@ def render_loop(loop: Loop, style: Style, indent: int) -> list[str]:
 
 
 def nested_loop_free(items: list) -> bool:
-    return not any(isinstance(x, Loop) for x in items)
+    return not any(isinstance(x, (Loop, If)) for x in items)

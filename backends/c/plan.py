@@ -14,7 +14,7 @@ intermediates may instead be inlined into their readers before grouping.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kdsl import ir
 from kdsl.backends.lower.rewrite import substitute
@@ -45,6 +45,7 @@ class Plan:
     groups: tuple[GroupPlan, ...]
     storage: dict  # tensor name -> 'input' | 'output' | 'global' | 'scalar' | 'row'
     group_of: dict  # produced tensor -> group number
+    contractions: dict = field(default_factory=dict)  # target -> Contraction, each alone
 
 
 # ---- expression utilities ----
@@ -228,13 +229,20 @@ def _extents(op: ir.Op, st: ir.Statement, names: tuple[str, ...]) -> tuple[ir.Ex
     return tuple(shape[st.indices.index(n)] for n in names)
 
 
-def plan(op: ir.Op, fuse: bool = True, inline_tmps: bool = False) -> Plan:
+def plan(op: ir.Op, fuse: bool = True, inline_tmps: bool = False, gemm: bool = False) -> Plan:
+    """Groups and storage; with ``gemm``, every contraction (``contraction.recognise``)
+    is a group of its own, which the renderer writes as a packed GEMM."""
     if inline_tmps:
         op = inline(op)
+    alone = {}
+    if gemm:
+        from kdsl.backends.c.contraction import contractions
+        alone = contractions(op)
     raw: list[tuple[list[ir.Statement], tuple[ir.Expr, ...]]] = []
     for st in op.statements:
         ext = _extents(op, st, parallel_candidates(st))
-        if fuse and raw and raw[-1][1] and ext:
+        if fuse and raw and raw[-1][1] and ext and st.target not in alone and \
+                not any(s.target in alone for s in raw[-1][0]):
             members, gext = raw[-1]
             q = 0
             while q < min(len(gext), len(ext)) and gext[q] == ext[q]:
@@ -258,11 +266,11 @@ def plan(op: ir.Op, fuse: bool = True, inline_tmps: bool = False) -> Plan:
         g = group_of[t.name]
         read_later = any(t.name in reads(s.st.value) for h in groups[g + 1:] for s in h.stmts)
         p = groups[g].p
-        if read_later or p == 0:
+        if read_later or p == 0 or t.name in alone:
             storage[t.name] = "global"
         else:
             storage[t.name] = "scalar" if len(t.shape) == p else "row"
-    return Plan(op, tuple(groups), storage, group_of)
+    return Plan(op, tuple(groups), storage, group_of, alone)
 
 
 # ---- facts the search space depends on ----

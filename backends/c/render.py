@@ -8,6 +8,7 @@ Intermediates live in scalars, per-thread row buffers or malloc'd globals.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from kdsl import dtypes, ir
@@ -15,6 +16,7 @@ from kdsl import dtypes, ir
 from kdsl.backends.c import plan as c_plan
 from kdsl.backends.c.code import Block, Loop, Style, render_lines
 from kdsl.backends.c.emit import CTYPE, KIND, TMP_CTYPE, C, Emitter, Var, as_float
+from kdsl.backends.c.gemm import Packed
 from kdsl.backends.c.nest import Nests
 from kdsl.backends.c.prelude import PRELUDE, segment_helper, sort_helpers
 
@@ -44,6 +46,13 @@ class Options:
     acc: str = "float"
     fast_div: bool = True
     prefetch: int = 0
+    gemm: str = "packed"      # contractions: "packed" GEMM or "loops" (the loop nest)
+    mr: int = 8               # micro-kernel rows
+    nr: int = 32              # micro-kernel columns (a multiple of the vector width)
+    kc: int = 256             # K block
+    mc: int = 256             # M block of a task
+    nc: int = 512             # N block of a task
+    split_k: str = "auto"     # split K across threads when there are too few tasks
 
 
 def dims_text(e: ir.Expr) -> str:
@@ -62,10 +71,10 @@ def dims_text(e: ir.Expr) -> str:
     raise ValueError(f"not a size expression: {e}")
 
 
-class KernelWriter(Nests):
+class KernelWriter(Nests, Packed):
     def __init__(self, op: ir.Op, dtype: str, opt: Options, helpers: dict):
         self.op, self.dtype, self.opt, self.helpers = op, dtype, opt, helpers
-        self.plan = c_plan.plan(op, opt.fuse, opt.inline_tmps)
+        self.plan = c_plan.plan(op, opt.fuse, opt.inline_tmps, opt.gemm == "packed")
         self.op = self.plan.op
         self.em = Emitter(self)
         self.overrides: dict = {}
@@ -165,6 +174,17 @@ class KernelWriter(Nests):
         return reds
 
     def group(self, g: c_plan.GroupPlan) -> list[str]:
+        con = self.plan.contractions.get(g.stmts[0].st.target)
+        if con is None:
+            return self.loop_group(g)
+        # outputs too narrow for the vector tile: dot products along the sum
+        opt = self.opt
+        self.opt = dataclasses.replace(opt, reduce_order="inner")
+        fallback = self.loop_group(g)
+        self.opt = opt
+        return self.packed_group(g, con, fallback)
+
+    def loop_group(self, g: c_plan.GroupPlan) -> list[str]:
         self.pre, self.allocs, self.group_p = Block(), [], g.p
         pvars = [self.em.fresh("p") for _ in range(g.p)]
         memo: dict = {}

@@ -13,21 +13,24 @@ Only factors read by plain indices (a permutation of the tensor's axes) are copi
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from kdsl import ir
 
 FLOATS = ("f32", "bf16", "f16", "f64")
 
 
-def contiguous_operands(op: ir.Op) -> ir.Op:
+def contiguous_operands(op: ir.Op, keep: Callable[[ir.Statement], bool] | None = None) -> ir.Op:
     """``op`` with every such factor read through a transposed copy; ``op`` itself when
-    no factor needs one."""
+    no factor needs one. Statements ``keep`` accepts are left as they are (a generator
+    that packs their operands itself)."""
     tensors = {t.name: t for t in op.tensors}
     statements: list[ir.Statement] = []
     copies: dict[tuple, str] = {}
     for st in op.statements:
         red = st.value
-        if not (isinstance(red, ir.Reduce) and red.op == "sum" and st.indices):
+        if not (isinstance(red, ir.Reduce) and red.op == "sum" and st.indices) or \
+                (keep is not None and keep(st)):
             statements.append(st)
             continue
         last = st.indices[-1]

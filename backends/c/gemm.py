@@ -1,0 +1,345 @@
+"""A contraction (``contraction.Contraction``) as a cache-blocked, packed GEMM.
+
+The flattened sizes are ``B`` (batch), ``M``, ``N`` and ``K`` (each the product of its
+indices' extents). The work is cut in tasks of MC x NC outputs of one batch entry,
+spread over the OpenMP threads; when there are too few tasks for the threads and K is
+long, K is split too (each split accumulates into a scratch of its own, and a last
+pass adds them up). A task walks K in blocks of KC: it packs the A block (MC x KC,
+panels of MR rows, interleaved by k) and the B block (KC x NC, panels of NR columns)
+into contiguous f32 buffers of its thread, whatever the operands' dtypes, axis orders
+and strides, padding the panels' edges with zeros, and runs the micro-kernel on each
+MR x NR tile: MR x NR/VW vector accumulators in registers, one broadcast of A and NR/VW
+vector loads of B per k, written with GCC vector types so that every step is a fused
+multiply-add. Tiles accumulate in the thread's MC x NC f32 block; after the last K
+block, the statement's epilogue (everything around the sum, emitted by the same
+expression emitter as every statement) turns each accumulator into the output element.
+Tasks run along M first, and a thread keeps the B panel of its split (up to a size) for
+its next task on the same columns, so a transposed B is not re-packed per M block.
+
+A group of indices that sits in an operand as consecutive axes in the same order (and
+with the same extents) is addressed as one flat index; otherwise each index is
+computed from the flat one, per row or column of a block. Outputs too narrow for the
+vector tile (N below NR / 16, or an empty size) take the loop-nest path instead.
+"""
+from __future__ import annotations
+
+from kdsl import ir
+
+from kdsl.backends.c.code import Block, If, Loop, Style, render_lines
+from kdsl.backends.c.contraction import Contraction
+from kdsl.backends.c.emit import C, Var
+
+ALIGN = 16  # floats: packed buffers start and end on 64-byte lines
+B_PANEL_KEPT = 1 << 20  # floats (4 MiB): the largest B panel a thread keeps between tasks
+# the C names of one packed group (made fresh per group: ``kg_<name><n>``)
+NAMES = ("B", "M", "N", "K", "mb", "nb", "kb", "tasks", "nth", "ks", "kper", "part", "ap",
+         "bp", "cb", "t", "s", "rest", "bb", "m0", "n0", "mc", "nc", "kbeg", "kend", "k0",
+         "kc", "jp", "ip", "r", "c", "row", "p0", "ps", "j", "keep", "bsize", "key", "tkey",
+         "fresh", "bk")
+
+
+def vector_width(nr: int) -> int:
+    return next(w for w in (16, 8, 4, 1) if nr % w == 0)
+
+
+def micro_kernel(mr: int, nr: int) -> tuple[str, str]:
+    """The name and C text of the MR x NR micro-kernel: c[MR][ldc] (+)= a-panel x b-panel."""
+    vw = vector_width(nr)
+    nv = nr // vw
+    v, vu = f"kd_vf{vw}", f"kd_vf{vw}u"
+    name = f"kd_mk_{mr}x{nr}"
+    acc = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
+    flat = [x for row in acc for x in row]
+    lines = [
+        f"typedef float {v} __attribute__((vector_size({4 * vw})));",
+        f"typedef float {vu} __attribute__((vector_size({4 * vw}), aligned(4)));",
+        f"/* c[{mr}][{nr}] at row stride ldc (+)= sum over k of a[k][{mr}] x b[k][{nr}] */",
+        f"KD_INLINE void {name}(int64_t kc, const float *restrict a, const float *restrict b,",
+        "                      float *restrict c, int64_t ldc, int load) {",
+        f"  {v} " + ", ".join(flat) + ";",
+        "  if (load) {"]
+    lines += [f"    {acc[i][j]} = *(const {vu} *)(c + {i} * ldc + {j * vw});"
+              for i in range(mr) for j in range(nv)]
+    lines += ["  } else {"]
+    lines += [f"    {x} = ({v}){{0}};" for x in flat]
+    lines += ["  }",
+              "  for (int64_t k = 0; k < kc; ++k) {"]
+    lines += [f"    const {v} b{j} = *(const {vu} *)(b + k * {nr} + {j * vw});" for j in range(nv)]
+    for i in range(mr):
+        lines.append(f"    const float s{i} = a[k * {mr} + {i}];")
+        lines.append(f"    const {v} a{i} = {{" + ", ".join([f"s{i}"] * vw) + "};")
+        lines += [f"    {acc[i][j]} += a{i} * b{j};" for j in range(nv)]
+    lines += ["  }"]
+    lines += [f"  *({vu} *)(c + {i} * ldc + {j * vw}) = {acc[i][j]};"
+              for i in range(mr) for j in range(nv)]
+    lines += ["}"]
+    return name, "\n".join(lines) + "\n"
+
+
+def _round(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+class Packed:
+    """Mixed into the kernel writer (``render.KernelWriter``): ``packed_group``."""
+
+    # ---- sizes and addresses ----
+    def _extent(self, con: Contraction, st: ir.Statement, name: str) -> ir.Expr:
+        if name in con.k:
+            return next(r.hi for r in con.red.indices if r.name == name)
+        return self.op.tensor(st.target).shape[st.indices.index(name)]
+
+    def _total(self, con, st, names) -> str:
+        if not names:
+            return "INT64_C(1)"
+        return "(" + " * ".join(self.dims_c(self._extent(con, st, n)) for n in names) + ")"
+
+    def _collapsible(self, con, st, names, access: ir.Access) -> bool:
+        """``names`` are consecutive axes of ``access``'s tensor, in order, with the
+        extents of the indices: one flat index addresses them."""
+        subs = con.names(access)
+        pos = [subs.index(n) for n in names]
+        if pos != list(range(pos[0], pos[0] + len(pos))):
+            return False
+        shape = self.op.tensor(access.tensor).shape
+        return all(shape[p] == self._extent(con, st, n) for p, n in zip(pos[1:], names[1:]))
+
+    def _split(self, con, st, names, flat: str) -> tuple[list[str], dict]:
+        """Lines computing each of ``names`` from their flat index, and their C names."""
+        if len(names) == 1:
+            return [], {names[0]: flat}
+        lines, out = [], {}
+        rest = self.em.fresh("kg_q")
+        lines.append(f"const int64_t {rest} = {flat};")
+        for n in reversed(names[1:]):
+            ext = self.dims_c(self._extent(con, st, n))
+            var = self.em.fresh(f"kg_{n}_")
+            out[n] = var
+            lines.append(f"const int64_t {var} = {rest} % {ext};")
+            nxt = self.em.fresh("kg_q")
+            lines.append(f"const int64_t {nxt} = {rest} / {ext};")
+            rest = nxt
+        out[names[0]] = rest
+        return lines, out
+
+    def _address(self, con, st, names, flat: str, access: ir.Access) -> tuple[list[str], dict]:
+        """Subscript texts of ``names`` in ``access`` for flat index ``flat`` (and lines)."""
+        if self._collapsible(con, st, names, access):
+            return [], {n: (flat if n == names[-1] else "0") for n in names}
+        return self._split(con, st, names, flat)
+
+    def _offset(self, access: ir.Access, subs: dict) -> str:
+        return self.offset(access.tensor, [subs[s.name] for s in access.subscripts], 0)
+
+    # ---- packing ----
+    def _pack(self, con, st, access, rows, w: int, origin: str, count: str, dst_base: str,
+              batch: dict, k0: str, kc: str) -> Loop:
+        """Loops packing ``access`` for rows ``origin .. origin + count`` (indices ``rows``)
+        and k in ``k0 .. k0 + kc`` into panels of ``w`` rows, interleaved by k."""
+        em = self.em
+        p, ii, kk = em.fresh("kg_p"), em.fresh("kg_i"), em.fresh("kg_kk")
+        d, h = em.fresh("kg_d"), em.fresh("kg_h")
+        panel = Loop(p, "0", count, step=str(w), vector=False)
+        panel.body.main += [f"float *restrict {d} = {dst_base} + {p} * {kc};",
+                            f"const int64_t {h} = kd_min64({w}, {count} - {p});"]
+        row_lines, row_subs = self._address(con, st, rows, f"({origin} + {p} + {ii})", access)
+        k_lines, k_subs = self._address(con, st, con.k, f"({k0} + {kk})", access)
+        subs = {**batch, **row_subs, **k_subs}
+        value = self.load(access.tensor, self._offset(access, subs))
+        last = con.names(access)[-1]
+        rows_inner = not row_lines and last == rows[-1]  # unit stride along the rows
+        if rows_inner:
+            outer = Loop(kk, "0", kc, vector=False)
+            outer.body.main += k_lines
+            copy = Loop(ii, "0", h)
+            copy.body.main.append(f"{d}[{kk} * {w} + {ii}] = {value};")
+            zero = Loop(ii, h, str(w))
+            zero.body.main.append(f"{d}[{kk} * {w} + {ii}] = 0.0f;")
+            outer.body.main += [copy, zero]
+            panel.body.main.append(outer)
+            return panel
+        copy = Loop(ii, "0", h, vector=False)
+        copy.body.main += row_lines
+        inner = Loop(kk, "0", kc, vector=False)
+        inner.body.main += k_lines + [f"{d}[{kk} * {w} + {ii}] = {value};"]
+        copy.body.main.append(inner)
+        zero = Loop(ii, h, str(w), vector=False)
+        zfill = Loop(kk, "0", kc, vector=False)
+        zfill.body.main.append(f"{d}[{kk} * {w} + {ii}] = 0.0f;")
+        zero.body.main.append(zfill)
+        panel.body.main += [copy, zero]
+        return panel
+
+    # ---- the epilogue ----
+    def _finish(self, con, st, stack: list, scope: dict, acc: str) -> None:
+        """The statement's value at ``scope`` with the sum read from ``acc``, stored."""
+        self.overrides = {self.em.key(con.red, scope): C(acc, "f")}
+        v = self.em.emit(st.value, scope, stack)
+        self.overrides = {}
+        stack[-1].main.append(self.store(st, scope, v))
+
+    # ---- the group ----
+    def packed_group(self, g, con: Contraction, fallback: list[str]) -> list[str]:
+        """The group's C lines: sizes, then the loop-nest ``fallback`` for outputs too
+        narrow for the tile, else the schedule, the tasks and the sum of the K splits."""
+        st, o = g.stmts[0].st, self.opt
+        name, text = micro_kernel(o.mr, o.nr)
+        self.helpers.setdefault(name, text)
+        self.group_p = 0
+        self.pre = Block()
+        v = {s: self.em.fresh(f"kg_{s}") for s in NAMES}
+        head = [f"const int64_t {v[x]} = {self._total(con, st, names)};"
+                for x, names in (("B", con.batch), ("M", con.m), ("N", con.n), ("K", con.k))]
+        small = f"{v['N']} * 16 <= {o.nr} || {v['M']} == 0 || {v['K']} == 0 || {v['B']} == 0"
+        task = self._task(con, st, v, name)
+        combine = self._combine(con, st, v)
+        style = Style(True, o.simdlen, o.unroll)
+        mcp, ncp = _round(o.mc, o.mr), _round(o.nc, o.nr)
+        sizes = {"ap": str(_round(mcp * o.kc, ALIGN)), "cb": str(_round(mcp * ncp, ALIGN)),
+                 "bp": v["bsize"]}
+        region = [f"float *restrict {v[b]} = (float *)aligned_alloc(64, sizeof(float) * {n});"
+                  for b, n in sizes.items()]
+        region += [f"int64_t {v['key']} = -1;", task, combine]
+        region += [f"free({v[b]});" for b in sizes]
+        threads = "" if o.threads == "all" else f" num_threads({o.threads})"
+        out = [f"  /* {st.target}: packed GEMM, batch {list(con.batch)}, rows {list(con.m)} of "
+               f"{con.a.tensor}, columns {list(con.n)} of {con.b.tensor}, sum over "
+               f"{list(con.k)} */", "  {"]
+        out += render_lines(head, style, 2)
+        out.append(f"    if ({small}) {{")
+        out += ["    " + line for line in fallback]
+        out.append("    } else {")
+        out += render_lines(self.pre.items() + self._schedule(v), style, 3)
+        out.append(f"      #pragma omp parallel{threads} if({v['tasks']} * {v['ks']} > 1)")
+        out.append("      {")
+        out += render_lines(region, style, 4)
+        out.append("      }")
+        out += render_lines([f"free({v['part']});"], style, 3)
+        out += ["    }", "  }"]
+        return out
+
+    def _schedule(self, v: dict) -> list[str]:
+        """Block counts, tasks, the K split and the scratch the splits need."""
+        o = self.opt
+        ncp = _round(o.nc, o.nr)
+        work = f"{v['tasks']} * {v['ks']}"
+        rounds = f"(({work} + {v['nth']} - 1) / {v['nth']})"
+        lines = [
+            f"const int64_t {v['mb']} = ({v['M']} + {o.mc - 1}) / {o.mc};",
+            f"const int64_t {v['nb']} = ({v['N']} + {o.nc - 1}) / {o.nc};",
+            f"const int64_t {v['kb']} = ({v['K']} + {o.kc - 1}) / {o.kc};",
+            f"const int64_t {v['tasks']} = {v['B']} * {v['mb']} * {v['nb']};",
+            f"const int64_t {v['nth']} = "
+            f"{'omp_get_max_threads()' if o.threads == 'all' else o.threads};",
+            f"int64_t {v['ks']} = 1;"]
+        if o.split_k == "auto":
+            # split K while the tasks would leave threads idle (fewer tasks than threads,
+            # or a last round of tasks that keeps less than 4/5 of the threads busy)
+            lines.append(f"while ({v['ks']} < {v['kb']} && ({work} < {v['nth']} || "
+                         f"5 * {work} < 4 * {v['nth']} * {rounds})) ++{v['ks']};")
+        lines += [
+            f"const int64_t {v['kper']} = ({v['kb']} + {v['ks']} - 1) / {v['ks']};",
+            f"{v['ks']} = ({v['kb']} + {v['kper']} - 1) / {v['kper']};",
+            # B packed for a whole split is kept for the thread's next task on the same
+            # columns (tasks run along M first), unless that panel would be too large
+            f"const int {v['keep']} = {v['kper']} * {o.kc * ncp} <= {B_PANEL_KEPT};",
+            f"const int64_t {v['bsize']} = {v['keep']} ? {v['kper']} * {o.kc * ncp} : "
+            f"{o.kc * ncp};",
+            f"float *restrict {v['part']} = {v['ks']} > 1 ? (float *)malloc(sizeof(float) * "
+            f"(size_t)({v['ks']} * {v['B']} * {v['M']} * {v['N']})) : NULL;"]
+        return lines
+
+    def _task(self, con, st, v: dict, micro: str) -> Loop:
+        """The loop over tasks (batch entry, M block, N block, K split): pack, multiply,
+        then finish the block, or leave a split's share in the scratch."""
+        o = self.opt
+        ncp = _round(o.nc, o.nr)
+        T1 = Block()
+        T1.pre += [
+            f"const int64_t {v['s']} = {v['t']} % {v['ks']};",
+            f"const int64_t {v['rest']} = {v['t']} / {v['ks']};",
+            f"const int64_t {v['m0']} = ({v['rest']} % {v['mb']}) * {o.mc};",
+            f"const int64_t {v['n0']} = (({v['rest']} / {v['mb']}) % {v['nb']}) * {o.nc};",
+            f"const int64_t {v['bb']} = {v['rest']} / ({v['mb']} * {v['nb']});",
+            f"const int64_t {v['mc']} = kd_min64({o.mc}, {v['M']} - {v['m0']});",
+            f"const int64_t {v['nc']} = kd_min64({o.nc}, {v['N']} - {v['n0']});",
+            f"const int64_t {v['kbeg']} = {v['s']} * {v['kper']} * {o.kc};",
+            f"const int64_t {v['kend']} = kd_min64({v['K']}, ({v['s']} + 1) * {v['kper']} * "
+            f"{o.kc});",
+            f"const int64_t {v['tkey']} = {v['rest']} / {v['mb']} * {v['ks']} + {v['s']};",
+            f"const int {v['fresh']} = !{v['keep']} || {v['tkey']} != {v['key']};",
+            f"{v['key']} = {v['tkey']};"]
+        blines, bsubs = self._split(con, st, con.batch, v["bb"]) if con.batch else ([], {})
+        T1.pre += blines
+        kloop = Loop(v["k0"], v["kbeg"], v["kend"], step=str(o.kc), vector=False)
+        kloop.body.main += [
+            f"const int64_t {v['kc']} = kd_min64({o.kc}, {v['kend']} - {v['k0']});",
+            f"float *restrict {v['bk']} = {v['bp']} + ({v['keep']} ? ({v['k0']} - {v['kbeg']})"
+            f" * {ncp} : 0);"]
+        pack_b = If(v["fresh"])
+        pack_b.then.main.append(self._pack(con, st, con.b, con.n, o.nr, v["n0"], v["nc"],
+                                           v["bk"], bsubs, v["k0"], v["kc"]))
+        kloop.body.main.append(pack_b)
+        kloop.body.main.append(self._pack(con, st, con.a, con.m, o.mr, v["m0"], v["mc"],
+                                          v["ap"], bsubs, v["k0"], v["kc"]))
+        jp = Loop(v["jp"], "0", v["nc"], step=str(o.nr), vector=False)
+        ip = Loop(v["ip"], "0", v["mc"], step=str(o.mr), vector=False)
+        ip.body.main.append(f"{micro}({v['kc']}, {v['ap']} + {v['ip']} * {v['kc']}, "
+                            f"{v['bk']} + {v['jp']} * {v['kc']}, "
+                            f"{v['cb']} + {v['ip']} * {ncp} + {v['jp']}, {ncp}, "
+                            f"{v['k0']} != {v['kbeg']});")
+        jp.body.main.append(ip)
+        kloop.body.main.append(jp)
+        T1.main.append(kloop)
+
+        acc = f"{v['cb']}[{v['r']} * {ncp} + {v['c']}]"
+        split = If(f"{v['ks']} > 1")
+        share = Loop(v["r"], "0", v["mc"], vector=False)
+        dst = self.em.fresh("kg_dst")
+        share.body.main.append(f"float *restrict {dst} = {v['part']} + (({v['s']} * {v['B']} + "
+                               f"{v['bb']}) * {v['M']} + {v['m0']} + {v['r']}) * {v['N']} + "
+                               f"{v['n0']};")
+        cols = Loop(v["c"], "0", v["nc"])
+        cols.body.main.append(f"{dst}[{v['c']}] = {acc};")
+        share.body.main.append(cols)
+        split.then.main.append(share)
+        R2, C3 = Block(), Block()
+        mlines, msubs = self._split(con, st, con.m, f"({v['m0']} + {v['r']})")
+        nlines, nsubs = self._split(con, st, con.n, f"({v['n0']} + {v['c']})")
+        R2.pre += mlines
+        C3.pre += nlines
+        scope = {n: Var(t, 1) for n, t in bsubs.items()}
+        scope.update({n: Var(t, 2) for n, t in msubs.items()})
+        scope.update({n: Var(t, 3) for n, t in nsubs.items()})
+        self._finish(con, st, [self.pre, T1, R2, C3], scope, acc)
+        R2.main.append(Loop(v["c"], "0", v["nc"], body=C3))
+        split.orelse.main.append(Loop(v["r"], "0", v["mc"], body=R2, vector=False))
+        T1.main.append(split)
+        return Loop(v["t"], "0", f"{v['tasks']} * {v['ks']}", body=T1, vector=False,
+                    head=["#pragma omp for schedule(dynamic, 1)"])
+
+    def _combine(self, con, st, v: dict) -> If:
+        """After the tasks of a split K: each output row's shares added up, then finished."""
+        F1, F2 = Block(), Block()
+        F1.pre.append(f"float *restrict {v['p0']} = {v['part']} + {v['row']} * {v['N']};")
+        more = Loop(v["s"], "1", v["ks"], vector=False)
+        more.body.main.append(f"const float *restrict {v['ps']} = {v['part']} + ({v['s']} * "
+                              f"{v['B']} * {v['M']} + {v['row']}) * {v['N']};")
+        add = Loop(v["j"], "0", v["N"])
+        add.body.main.append(f"{v['p0']}[{v['j']}] += {v['ps']}[{v['j']}];")
+        more.body.main.append(add)
+        F1.pre.append(more)
+        bl, bs = self._split(con, st, con.batch, f"({v['row']} / {v['M']})") if con.batch \
+            else ([], {})
+        ml, ms = self._split(con, st, con.m, f"({v['row']} % {v['M']})")
+        nl, ns = self._split(con, st, con.n, v["c"])
+        F1.pre += bl + ml
+        F2.pre += nl
+        scope = {n: Var(t, 1) for n, t in {**bs, **ms}.items()}
+        scope.update({n: Var(t, 2) for n, t in ns.items()})
+        self._finish(con, st, [self.pre, F1, F2], scope, f"{v['p0']}[{v['c']}]")
+        F1.main.append(Loop(v["c"], "0", v["N"], body=F2))
+        final = If(f"{v['ks']} > 1")
+        final.then.main.append(Loop(v["row"], "0", f"{v['B']} * {v['M']}", body=F1, vector=False,
+                                    head=["#pragma omp for schedule(static)"]))
+        return final
