@@ -17,9 +17,6 @@ from .runstore import RunError
 from .policies import parse as parse_policy
 from .settings import SearchSettings
 
-# with LLM operators on, the share of mcts's proposals that rewrite its best kernel through
-# the run's operators (LLM rewrites among them) instead of deciding a genome
-LLM_REWRITE_SHARE = 0.25
 DEFAULT_BUDGET = SEARCH_BUDGET  # about a minute for the c backend on a 2-core machine
 
 
@@ -36,8 +33,6 @@ def settings_from(args, policy: str, seed: int) -> SearchSettings:
     except ValueError as e:
         raise UsageError(str(e)) from None
     llm = resolve_mode(args.llm)
-    if policy == "mcts" and llm != "off":
-        params.setdefault("rewrite", LLM_REWRITE_SHARE)
     return SearchSettings(spec=args.spec, op=args.op, backends=backends, device=args.device,
                           policy=policy, policy_params=params, seed=seed, budget=budget,
                           workers=args.workers, cost_model=getattr(args, "cost_model", "auto"),

@@ -84,7 +84,7 @@ def test_the_tree_backs_up_the_best_completion():
 
 
 def test_mcts_never_proposes_a_genome_twice_nor_one_the_engine_calls_old():
-    pol = make("mcts", seed=1, starts=1, spaces={"fake": SPACE})
+    pol = make("mcts", seed=1, starts=1, spaces={"fake": SPACE}, rewrite=0.0)
     banned = {("split", 512)}
     pol.novel = lambda backend, genes: (genes["strategy"], genes["tile"]) not in banned
     seen = []
@@ -101,7 +101,7 @@ def test_mcts_never_proposes_a_genome_twice_nor_one_the_engine_calls_old():
 
 def test_same_seed_same_search_and_seeds_differ():
     def run(seed):
-        pol = make("mcts", seed=seed, starts=1, spaces={"fake": SPACE})
+        pol = make("mcts", seed=seed, starts=1, spaces={"fake": SPACE}, rewrite=0.0)
         return run_policy(pol, 30), [n for n in pol.paths.values()]
     assert run(3) == run(3)
     assert run(3)[1] != run(4)[1]
@@ -116,7 +116,8 @@ def test_mcts_reaches_the_optimum_region_faster_than_random_sampling():
     the tree (without a cost model) needs fewer than half of what uniform sampling needs,
     by the median."""
     top = 4.0
-    tree = [evals_to(run_policy(make("mcts", seed=s, starts=1, spaces={"fake": SPACE}), 80, s),
+    tree = [evals_to(run_policy(make("mcts", seed=s, starts=1, spaces={"fake": SPACE},
+                                     rewrite=0.0), 80, s),
                      0.9 * top) for s in range(10)]
     rand = [evals_to(run_policy(make("random", seed=s, starts=1), 300, s), 0.9 * top)
             for s in range(10)]
@@ -179,3 +180,19 @@ def test_policy_parameters_parse_from_text():
     with pytest.raises(ValueError, match="unknown policy"):
         parse("annealing")
     assert set(POLICIES) >= {"mcts", "uct", "greedy", "random", "evolution"}
+
+
+def test_a_share_of_proposals_mutates_the_best_kernel_through_the_operators():
+    pol = make("mcts", seed=0, starts=1, spaces={"fake": SPACE}, rewrite=0.5)
+    kinds = []
+    for _ in range(40):
+        p = pol.propose(1)[0]
+        kinds.append(p.kind)
+        if p.kind == "mutate":  # the engine's operators would change the parent's genes
+            assert p.parents == (pol.best_evaluated() or -1,)
+            genes = dict(SPACE.default(), tile=16 * (1 + p.node % 4))
+        else:
+            genes = SPACE.default() if p.kind == "start" else dict(p.genome)
+        pol.placed(p.node, "fake", genes)
+        pol.observe([(p.node, landscape(genes))])
+    assert 8 <= kinds.count("mutate") <= 32 and kinds.count("decide") >= 8

@@ -15,6 +15,14 @@ The tree is the one of ``decisions.py``: a node is a partial genome, coarse deci
 3. **Measure, back up.** The engine evaluates the genome; its reward (speedup, 0 for a
    failure) goes up the path.
 
+A share ``rewrite`` of the proposals instead asks the run's operators to change the best
+kernel found (one to three genes at once, a step of an ordered gene, an LLM rewrite when
+the LLM is on): coupled genes (a strategy and the tile size that suits it) move together
+there, where the tree changes one decision at a time. On synthetic landscapes (the
+tests' separable one, and one where the best tile depends on the strategy) the tree alone
+needed a median of 13 and 89 evaluations to 95% of the optimum, greedy mutation 17 and
+25, the two together (0.3, c = 0.5) 17 and 23.5.
+
 Widening an ordered decision tries the value next to its best child's first (block 64
 after 128 won: 256 or 64, then further); an unordered one draws an untried value, or the
 one whose best completion the model ranks highest. Every genome the run measures joins
@@ -41,9 +49,9 @@ class MCTS(Policy):
     name = "mcts"
     needs_spaces = True
 
-    def __init__(self, seed=0, starts=1, spaces=None, model=None, scale=None, c: float = 0.3,
+    def __init__(self, seed=0, starts=1, spaces=None, model=None, scale=None, c: float = 0.5,
                  k: float = 2.0, alpha: float = 0.5, mutation: float = 0.15,
-                 candidates: int = 48, rewrite: float = 0.0):
+                 candidates: int = 48, rewrite: float = 0.3):
         super().__init__(seed, starts)
         if spaces is None:
             raise ValueError("mcts decides over the backends' spaces; none were given")
@@ -195,7 +203,7 @@ class MCTS(Policy):
 
     def _complete(self, prefix: tuple, attempt: int) -> tuple:
         donor = self.dtree.donor(prefix)
-        rate = min(1.0, self.mutation * (1 + attempt))
+        rate = min(1.0, self.mutation * attempt)  # the first try: the donor as it is
         path = prefix
         while (d := self.decisions.at(path)) is not None:
             i = len(path)
