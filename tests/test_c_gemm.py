@@ -102,6 +102,18 @@ op matvec_t
   test M in 1..300, K in 1..300
   bench M=8, K=8
 
+op narrow
+  dims M, K, N
+  in  a: f32 | bf16 [M, K]
+  in  b: like a [K, N]
+  in  bias: like a [N]
+  out y: like a [M, N]
+  y[i, j] = sum(k) a[i, k] * b[k, j] + bias[j]
+  baseline (a.float() @ b.float() + bias.float()).to(a.dtype)
+  tolerance f32(rtol=1e-4, atol=1e-4) bf16(rtol=2e-2, atol=5e-2)
+  test M in 0..40, K in 0..300, N in 0..6
+  bench M=8, K=8, N=2
+
 op row_dot
   dims M, K
   in  a: f32 [M, K]
@@ -197,6 +209,25 @@ def test_recognised_from_index_notation(name, batch, m, n, k, a):
         return
     (con,) = found.values()
     assert (con.batch, con.m, con.n, con.k, con.a.tensor) == (batch, m, n, k, a)
+
+
+@pytest.mark.parametrize("genes", [{}, {"nr": 16}, {"nr": 64, "mr": 6}, {"threads": 1}],
+                         ids=["width2", "width1", "width4", "one_thread"])
+def test_narrow_outputs_and_empty_sizes(genes):
+    """N up to NR / 16 takes the narrow kernel (dot products along K, A read in place),
+    wider N the packed one; an empty M, N or K writes what it must (the bias alone)."""
+    check_cases("narrow", genes, seed=11)
+    op = ops()["narrow"]
+    b = built("narrow", tuple(sorted(genes.items())))
+    rng = np.random.default_rng(1)
+    for m, k, n in ((9, 0, 40), (0, 5, 3), (33, 1000, 1), (17, 300, 2), (21, 70, 5)):
+        sizes = {"M": m, "K": k, "N": n}
+        inputs = {"a": rng.standard_normal((m, k), dtype=np.float32),
+                  "b": rng.standard_normal((k, n), dtype=np.float32),
+                  "bias": rng.standard_normal(n, dtype=np.float32)}
+        ref = reference.reference(op, sizes, inputs)
+        got = run(op, b.fn, "f32", sizes, inputs)
+        assert compare.compare(op, "f32", got, ref, inputs) is None, sizes
 
 
 def test_chained_contractions_both_found():

@@ -24,6 +24,12 @@ CTYPE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
          "i64": "int64_t", "i32": "int32_t", "bool": "uint8_t"}
 TMP_CTYPE = {"float": "float", "int": "int64_t", "bool": "uint8_t"}
 KIND = {"float": "f", "int": "i", "bool": "b"}
+# a stored element as a value (floats widened to float), and a value as the stored type
+LOAD = {"f32": "{}", "f64": "(float)({})", "bf16": "kd_ld_bf16({})", "f16": "kd_ld_f16({})",
+        "i64": "{}", "i32": "(int64_t)({})", "bool": "(int)({})"}
+STORE = {"f32": "(float)({})", "f64": "(double)({})", "bf16": "kd_st_bf16((float)({}))",
+         "f16": "kd_st_f16((float)({}))", "i64": "(int64_t)({})", "i32": "(int32_t)({})",
+         "bool": "(uint8_t)(({}) != 0)"}
 VAL_CTYPE = {"f": "float", "i": "int64_t", "b": "int"}
 
 

@@ -27,8 +27,9 @@ from kdsl import ir
 
 from kdsl.backends.c.code import Block, If, Loop, Style, render_lines
 from kdsl.backends.c.contraction import Contraction
-from kdsl.backends.c.emit import C, Var
+from kdsl.backends.c.emit import CTYPE, LOAD, C, Var
 
+NARROW_PARALLEL_WORK = 1 << 16  # row blocks x K below which the narrow kernel runs serially
 ALIGN = 16  # floats: packed buffers start and end on 64-byte lines
 B_PANEL_KEPT = 1 << 20  # floats (4 MiB): the largest B panel a thread keeps between tasks
 # the C names of one packed group (made fresh per group: ``kg_<name><n>``)
@@ -179,9 +180,10 @@ class Packed:
         stack[-1].main.append(self.store(st, scope, v))
 
     # ---- the group ----
-    def packed_group(self, g, con: Contraction, fallback: list[str]) -> list[str]:
-        """The group's C lines: sizes, then the loop-nest ``fallback`` for outputs too
-        narrow for the tile, else the schedule, the tasks and the sum of the K splits."""
+    def packed_group(self, g, con: Contraction) -> list[str]:
+        """The group's C lines: sizes, then the narrow kernel for outputs narrower than
+        the vector tile (and empty sizes), else the schedule, the tasks and the sum of
+        the K splits."""
         st, o = g.stmts[0].st, self.opt
         name, text = micro_kernel(o.mr, o.nr)
         self.helpers.setdefault(name, text)
@@ -190,10 +192,25 @@ class Packed:
         v = {s: self.em.fresh(f"kg_{s}") for s in NAMES}
         head = [f"const int64_t {v[x]} = {self._total(con, st, names)};"
                 for x, names in (("B", con.batch), ("M", con.m), ("N", con.n), ("K", con.k))]
-        small = f"{v['N']} * 16 <= {o.nr} || {v['M']} == 0 || {v['K']} == 0 || {v['B']} == 0"
+        width = max(1, o.nr // 16)
+        narrow = f"{v['N']} <= {width} || {v['M']} == 0 || {v['K']} == 0 || {v['B']} == 0"
+        style = Style(True, o.simdlen, o.unroll)
+        # one narrow kernel per column count, so that no column is computed twice
+        narrow_lines = []
+        for cols in range(1, width + 1):
+            if cols < width:
+                narrow_lines.append(f"      {'if' if cols == 1 else '} else if'} "
+                                    f"({v['N']} == {cols}) {{")
+            elif width > 1:
+                narrow_lines.append("      } else {")
+            self.pre = Block()
+            lines = self._narrow(con, st, v, cols, style)
+            narrow_lines += ["  " + line for line in lines] if width > 1 else lines
+        if width > 1:
+            narrow_lines.append("      }")
+        self.pre = Block()
         task = self._task(con, st, v, name)
         combine = self._combine(con, st, v)
-        style = Style(True, o.simdlen, o.unroll)
         mcp, ncp = _round(o.mc, o.mr), _round(o.nc, o.nr)
         sizes = {"ap": str(_round(mcp * o.kc, ALIGN)), "cb": str(_round(mcp * ncp, ALIGN)),
                  "bp": v["bsize"]}
@@ -201,22 +218,103 @@ class Packed:
                   for b, n in sizes.items()]
         region += [f"int64_t {v['key']} = -1;", task, combine]
         region += [f"free({v[b]});" for b in sizes]
-        threads = "" if o.threads == "all" else f" num_threads({o.threads})"
         out = [f"  /* {st.target}: packed GEMM, batch {list(con.batch)}, rows {list(con.m)} of "
                f"{con.a.tensor}, columns {list(con.n)} of {con.b.tensor}, sum over "
                f"{list(con.k)} */", "  {"]
         out += render_lines(head, style, 2)
-        out.append(f"    if ({small}) {{")
-        out += ["    " + line for line in fallback]
+        out.append(f"    if ({narrow}) {{")
+        out += narrow_lines
         out.append("    } else {")
         out += render_lines(self.pre.items() + self._schedule(v), style, 3)
-        out.append(f"      #pragma omp parallel{threads} if({v['tasks']} * {v['ks']} > 1)")
+        out.append(f"      #pragma omp parallel{self._threads()} if({v['tasks']} * {v['ks']} > 1)")
         out.append("      {")
         out += render_lines(region, style, 4)
         out.append("      }")
         out += render_lines([f"free({v['part']});"], style, 3)
         out += ["    }", "  }"]
         return out
+
+    def _threads(self) -> str:
+        return "" if self.opt.threads == "all" else f" num_threads({self.opt.threads})"
+
+    def _narrow(self, con, st, v: dict, cols: int, style: Style) -> list[str]:
+        """MR rows and ``cols`` columns at once (column chunks cover the rest when a size
+        is empty and N is wide), each output a dot product along K vectorised with its
+        own accumulator, the operands read in place (A is streamed once; packing it would
+        read it twice and pad the columns to NR)."""
+        o, em = self.opt, self.em
+        rows = o.mr
+        t, k, w, r, n0 = (em.fresh(x) for x in ("kg_t", "kg_k", "kg_w", "kg_r", "kg_n0"))
+        m0, h, bb, tasks = (em.fresh(x) for x in ("kg_m0", "kg_h", "kg_bb", "kg_tasks"))
+        mb = f"(({v['M']} + {rows - 1}) / {rows})"
+        T1, C2 = Block(), Block()
+        T1.pre += [f"const int64_t {bb} = {t} / {mb};",
+                   f"const int64_t {m0} = ({t} % {mb}) * {rows};",
+                   f"const int64_t {h} = kd_min64({rows}, {v['M']} - {m0});"]
+        blines, bsubs = self._split(con, st, con.batch, bb) if con.batch else ([], {})
+        T1.pre += blines
+        zero_k = {n: "0" for n in con.k}
+        a_ptr, b_ptr = [], []
+        for q in range(rows):  # rows past M read the last row again (never stored)
+            lines, subs = self._address(con, st, con.m, f"kd_min64({m0} + {q}, {v['M']} - 1)",
+                                        con.a)
+            a_ptr.append(em.fresh("kg_a"))
+            T1.pre += lines + [f"{self._operand_ptr(con.a)} {a_ptr[-1]} = "
+                               f"{self.ptr(con.a.tensor)} + "
+                               f"{self._offset(con.a, {**bsubs, **subs, **zero_k})};"]
+        for q in range(cols):  # so do columns past N
+            lines, subs = self._address(con, st, con.n, f"kd_min64({n0} + {q}, {v['N']} - 1)",
+                                        con.b)
+            b_ptr.append(em.fresh("kg_b"))
+            C2.pre += lines + [f"{self._operand_ptr(con.b)} {b_ptr[-1]} = "
+                               f"{self.ptr(con.b.tensor)} + "
+                               f"{self._offset(con.b, {**bsubs, **subs, **zero_k})};"]
+        acc = [[em.fresh(f"kg_s{q}_{c}_") for c in range(cols)] for q in range(rows)]
+        flat = [x for row in acc for x in row]
+        C2.main.append("float " + ", ".join(f"{x} = 0.0f" for x in flat) + ";")
+        dot = Loop(k, "0", v["K"], reductions=[("+", x) for x in flat])
+        va, vb = em.fresh("kg_va"), em.fresh("kg_vb")
+        for access, ptrs, stem in ((con.b, b_ptr, vb), (con.a, a_ptr, va)):
+            lines, subs = self._address(con, st, con.k, k, access)
+            off = self._offset(access, {**{s.name: "0" for s in access.subscripts}, **subs})
+            dot.body.main += lines
+            for q, p in enumerate(ptrs):
+                dot.body.main.append(f"const float {stem}_{q} = "
+                                     f"{self._load_at(access.tensor, p, off)};")
+        dot.body.main += [f"{acc[q][c]} += {va}_{q} * {vb}_{c};"
+                          for q in range(rows) for c in range(cols)]
+        C2.main.append(dot)
+        grid = em.fresh("kg_acc")
+        C2.main.append(f"const float {grid}[{rows}][{cols}] = {{" +
+                       ", ".join("{" + ", ".join(row) + "}" for row in acc) + "};")
+        W3, R4 = Block(), Block()
+        nlines, nsubs = self._split(con, st, con.n, f"({n0} + {w})")
+        mlines, msubs = self._split(con, st, con.m, f"({m0} + {r})")
+        W3.pre += nlines
+        R4.pre += mlines
+        scope = {n: Var(x, 1) for n, x in bsubs.items()}
+        scope.update({n: Var(x, 3) for n, x in nsubs.items()})
+        scope.update({n: Var(x, 4) for n, x in msubs.items()})
+        self._finish(con, st, [self.pre, T1, C2, W3, R4], scope, f"{grid}[{r}][{w}]")
+        W3.main.append(Loop(r, "0", h, body=R4, vector=False))
+        C2.main.append(Loop(w, "0", f"kd_min64({cols}, {v['N']} - {n0})", body=W3,
+                            vector=False))
+        T1.main.append(Loop(n0, "0", v["N"], step=str(cols), body=C2, vector=False))
+        task = Loop(t, "0", tasks, body=T1, vector=False, head=["#pragma omp for schedule(static)"])
+        out = render_lines(self.pre.items() + [f"const int64_t {tasks} = {v['B']} * {mb};"],
+                           style, 3)
+        out.append(f"      #pragma omp parallel{self._threads()} if({tasks} * {v['K']} >= "
+                   f"{NARROW_PARALLEL_WORK})")
+        out.append("      {")
+        out += render_lines([task], style, 4)
+        out.append("      }")
+        return out
+
+    def _operand_ptr(self, access: ir.Access) -> str:
+        return f"const {CTYPE[self.dtype_of(access.tensor)]} *restrict"
+
+    def _load_at(self, tensor: str, ptr: str, off: str) -> str:
+        return LOAD[self.dtype_of(tensor)].format(f"{ptr}[{off}]")
 
     def _schedule(self, v: dict) -> list[str]:
         """Block counts, tasks, the K split and the scratch the splits need."""

@@ -8,23 +8,17 @@ Intermediates live in scalars, per-thread row buffers or malloc'd globals.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from kdsl import dtypes, ir
 
 from kdsl.backends.c import plan as c_plan
 from kdsl.backends.c.code import Block, Loop, Style, render_lines
-from kdsl.backends.c.emit import CTYPE, KIND, TMP_CTYPE, C, Emitter, Var, as_float
+from kdsl.backends.c.emit import CTYPE, KIND, LOAD, STORE, TMP_CTYPE, C, Emitter, Var, as_float
 from kdsl.backends.c.gemm import Packed
 from kdsl.backends.c.nest import Nests
 from kdsl.backends.c.prelude import PRELUDE, segment_helper, sort_helpers
 
-LOAD = {"f32": "{}", "f64": "(float)({})", "bf16": "kd_ld_bf16({})", "f16": "kd_ld_f16({})",
-        "i64": "{}", "i32": "(int64_t)({})", "bool": "(int)({})"}
-STORE = {"f32": "(float)({})", "f64": "(double)({})", "bf16": "kd_st_bf16((float)({}))",
-         "f16": "kd_st_f16((float)({}))", "i64": "(int64_t)({})", "i32": "(int32_t)({})",
-         "bool": "(uint8_t)(({}) != 0)"}
 TMP_DTYPE = {"float": "f32", "int": "i64", "bool": "bool"}
 PARALLEL_MIN_WORK = 32768  # elements; below this a parallel region costs more than it saves
 
@@ -175,14 +169,7 @@ class KernelWriter(Nests, Packed):
 
     def group(self, g: c_plan.GroupPlan) -> list[str]:
         con = self.plan.contractions.get(g.stmts[0].st.target)
-        if con is None:
-            return self.loop_group(g)
-        # outputs too narrow for the vector tile: dot products along the sum
-        opt = self.opt
-        self.opt = dataclasses.replace(opt, reduce_order="inner")
-        fallback = self.loop_group(g)
-        self.opt = opt
-        return self.packed_group(g, con, fallback)
+        return self.loop_group(g) if con is None else self.packed_group(g, con)
 
     def loop_group(self, g: c_plan.GroupPlan) -> list[str]:
         self.pre, self.allocs, self.group_p = Block(), [], g.p
