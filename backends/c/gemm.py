@@ -18,8 +18,12 @@ its next task on the same columns, so a transposed B is not re-packed per M bloc
 
 A group of indices that sits in an operand as consecutive axes in the same order (and
 with the same extents) is addressed as one flat index; otherwise each index is
-computed from the flat one, per row or column of a block. Outputs too narrow for the
-vector tile (N below NR / 16, or an empty size) take the loop-nest path instead.
+computed from the flat one, per row or column of a block.
+
+Outputs at most NR / 16 columns wide (a matrix-vector product) would waste most of the
+tile, and packing would read A twice: they take the narrow kernel, MR rows and all the
+columns at once, each output a dot product along K with a vector accumulator of its own,
+the operands read in place. Empty sizes go there too.
 """
 from __future__ import annotations
 
