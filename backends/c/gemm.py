@@ -40,7 +40,7 @@ B_PANEL_KEPT = 1 << 20  # floats (4 MiB): the largest B panel a thread keeps bet
 NAMES = ("B", "M", "N", "K", "mb", "nb", "kb", "tasks", "nth", "ks", "kper", "part", "ap",
          "bp", "cb", "t", "s", "rest", "bb", "m0", "n0", "mc", "nc", "kbeg", "kend", "k0",
          "kc", "jp", "ip", "r", "c", "row", "p0", "ps", "j", "keep", "bsize", "key", "tkey",
-         "fresh", "bk")
+         "fresh", "bk", "each", "work")
 
 
 def vector_width(nr: int) -> int:
@@ -215,13 +215,11 @@ class Packed:
         self.pre = Block()
         task = self._task(con, st, v, name)
         combine = self._combine(con, st, v)
-        mcp, ncp = _round(o.mc, o.mr), _round(o.nc, o.nr)
-        sizes = {"ap": str(_round(mcp * o.kc, ALIGN)), "cb": str(_round(mcp * ncp, ALIGN)),
-                 "bp": v["bsize"]}
-        region = [f"float *restrict {v[b]} = (float *)aligned_alloc(64, sizeof(float) * {n});"
-                  for b, n in sizes.items()]
-        region += [f"int64_t {v['key']} = -1;", task, combine]
-        region += [f"free({v[b]});" for b in sizes]
+        region = [f"float *restrict {v['ap']} = {v['work']} + (int64_t)omp_get_thread_num() * "
+                  f"{v['each']};",
+                  f"float *restrict {v['cb']} = {v['ap']} + {self._a_floats()};",
+                  f"float *restrict {v['bp']} = {v['cb']} + {self._c_floats()};",
+                  f"int64_t {v['key']} = -1;", task, combine]
         out = [f"  /* {st.target}: packed GEMM, batch {list(con.batch)}, rows {list(con.m)} of "
                f"{con.a.tensor}, columns {list(con.n)} of {con.b.tensor}, sum over "
                f"{list(con.k)} */", "  {"]
@@ -234,9 +232,15 @@ class Packed:
         out.append("      {")
         out += render_lines(region, style, 4)
         out.append("      }")
-        out += render_lines([f"free({v['part']});"], style, 3)
+        out += render_lines([f"free({v['work']});", f"free({v['part']});"], style, 3)
         out += ["    }", "  }"]
         return out
+
+    def _a_floats(self) -> int:
+        return _round(_round(self.opt.mc, self.opt.mr) * self.opt.kc, ALIGN)
+
+    def _c_floats(self) -> int:
+        return _round(_round(self.opt.mc, self.opt.mr) * _round(self.opt.nc, self.opt.nr), ALIGN)
 
     def _threads(self) -> str:
         return "" if self.opt.threads == "all" else f" num_threads({self.opt.threads})"
@@ -347,6 +351,13 @@ class Packed:
             f"const int {v['keep']} = {v['kper']} * {o.kc * ncp} <= {B_PANEL_KEPT};",
             f"const int64_t {v['bsize']} = {v['keep']} ? {v['kper']} * {o.kc * ncp} : "
             f"{o.kc * ncp};",
+            # one allocation for every thread's buffers (A panel, C block, B panel): the
+            # allocator keeps it between calls, where a few per thread would be mapped
+            # and faulted in again every time
+            f"const int64_t {v['each']} = {self._a_floats()} + {self._c_floats()} + "
+            f"{v['bsize']};",
+            f"float *restrict {v['work']} = (float *)aligned_alloc(64, sizeof(float) * "
+            f"(size_t)({v['nth']} * {v['each']}));",
             f"float *restrict {v['part']} = {v['ks']} > 1 ? (float *)malloc(sizeof(float) * "
             f"(size_t)({v['ks']} * {v['B']} * {v['M']} * {v['N']})) : NULL;"]
         return lines
