@@ -288,3 +288,14 @@ def test_kernelbench_shapes_at_their_cpu_point_are_packed():
         src = BACKEND.render(op, BACKEND.space(op, "cpu").default(), "cpu")
         assert "packed GEMM" in src, path
     assert found == 16  # all but the scalar multiple (05) and the diagonal scaling (12)
+
+
+def test_register_tile_default_follows_the_vector_registers(monkeypatch):
+    """8 x 32 where AVX-512 gives 32 vector registers, 6 x 16 where there are 16."""
+    from kdsl.backends.c import build as c_build
+    op = ops()["epilogue"]
+    monkeypatch.setattr(c_build, "native_macros", lambda: frozenset({"__AVX2__"}))
+    small = BACKEND.space(op, "cpu").default()
+    monkeypatch.setattr(c_build, "native_macros", lambda: frozenset({"__AVX2__", "__AVX512F__"}))
+    wide = BACKEND.space(op, "cpu").default()
+    assert (small["mr"], small["nr"], wide["mr"], wide["nr"]) == (6, 16, 8, 32)

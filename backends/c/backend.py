@@ -111,7 +111,7 @@ class CBackend:
             genes.append(Gene("fast_div", (True, False), doc="reciprocal of invariant divisors"))
         if facts["contraction"]:
             genes += GEMM_GENES
-            return Space(tuple(genes), GEMM_DEFAULTS)
+            return Space(tuple(genes), gemm_defaults())
         return Space(tuple(genes))
 
     def options(self, op: ir.Op, genome: Genome, device: str = "cpu") -> Options:
@@ -158,9 +158,15 @@ GEMM_GENES = (
     Gene("nc", (128, 256, 512, 1024), ordered=True, doc="N block of a GEMM task"),
     Gene("split_k", ("auto", "off"), doc="split K across threads when tasks are few"),
 )
-# measured on 2 Zen 4 cores (AVX-512): 8 x 32 keeps 16 zmm accumulators; MC x KC of A and
-# the kept B panel stay in the 1 MiB L2; larger MC and NC re-pack less
-GEMM_DEFAULTS = (("mr", 8), ("nr", 32), ("kc", 256), ("mc", 256), ("nc", 512))
+# measured on 2 Zen 4 cores (AVX-512): 8 x 32 keeps 16 of the 32 zmm registers as
+# accumulators; MC x KC of A and the kept B panel stay in the 1 MiB L2; larger MC and NC
+# re-pack less. Without AVX-512 (16 ymm registers) 6 x 16 keeps 12.
+GEMM_DEFAULTS = (("kc", 256), ("mc", 256), ("nc", 512))
+
+
+def gemm_defaults() -> tuple:
+    tile = (8, 32) if "__AVX512F__" in c_build.native_macros() else (6, 16)
+    return (("mr", tile[0]), ("nr", tile[1])) + GEMM_DEFAULTS
 
 
 @functools.lru_cache(maxsize=256)

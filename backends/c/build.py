@@ -44,6 +44,19 @@ def compiler_identity() -> str:
         return f"{COMPILER}: unavailable ({e})"
 
 
+@functools.lru_cache(maxsize=1)
+def native_macros() -> frozenset[str]:
+    """The macros the compiler defines for this machine (``-march=native``): its ISA
+    extensions (``__AVX512F__``), for defaults that depend on the vector registers."""
+    try:
+        out = subprocess.run([COMPILER, "-march=native", "-dM", "-E", "-x", "c", os.devnull],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(line.split()[1] for line in out.stdout.splitlines()
+                     if line.startswith("#define ") and len(line.split()) > 1)
+
+
 def build_key(source: str, flags: tuple[str, ...] = CFLAGS) -> str:
     blob = "\0".join([compiler_identity(), *flags, source])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
