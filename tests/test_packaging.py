@@ -22,7 +22,7 @@ from kdsl.errors import UsageError
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PACKAGE_DIR = PYPROJECT["tool"]["setuptools"]["package-dir"]
-OPTIONAL = ("triton", "anthropic", "matplotlib", "bm25s")
+OPTIONAL = ("triton", "anthropic", "matplotlib", "bm25s", "lightgbm")
 SPEC = str(ROOT / "specs" / "rmsnorm.kspec")
 
 
@@ -70,7 +70,7 @@ def test_each_extra_brings_what_the_error_names():
     deps = PYPROJECT["project"]["optional-dependencies"]
     for module, extra in extras.EXTRA_OF.items():
         assert any(d.startswith(module) for d in deps[extra]), (module, extra)
-    assert deps["all"] == [f"{extras.DISTRIBUTION}[triton,llm,plot]"]
+    assert deps["all"] == [f"{extras.DISTRIBUTION}[triton,llm,plot,model]"]
     assert PYPROJECT["project"]["name"] == extras.DISTRIBUTION
     assert not [d for d in PYPROJECT["project"]["dependencies"] if d.split(">")[0] in OPTIONAL]
     assert "-e '.[dev,ray,all]'" in (ROOT / "Makefile").read_text()  # the tests need all

@@ -119,19 +119,19 @@ def test_the_real_evaluator_through_ray_equals_inline_evaluation(cluster, op):
 
 
 def test_a_search_through_ray_equals_the_local_executor(cluster, tmp_path):
-    local, _ = runs.start(settings(executor="inline"), tmp_path / "local", None, QuietDisplay(),
-                          FakeExecutor(2))
+    # runs that use no earlier knowledge: what one run learned (operator priors, the cache's
+    # cost-model rows) would steer the next
+    local, _ = runs.start(settings(executor="inline", use_priors=False), tmp_path / "local",
+                          None, QuietDisplay(), FakeExecutor(2))
     cache = str(tmp_path / "cache.sqlite")
-    through, summary = runs.start(settings(), tmp_path / "ray", cache, QuietDisplay(),
-                                  attached())
+    through, summary = runs.start(settings(use_priors=False), tmp_path / "ray", cache,
+                                  QuietDisplay(), attached())
     assert strip(through.nodes) == strip(local.nodes)
     assert summary["evaluations"] == 16
-    # the cache lives with the driver: a local run on Ray's cache re-measures nothing (one
-    # that uses no earlier knowledge: the cache's rows would warm-start its cost model)
+    # the cache lives with the driver: a local run on Ray's cache re-measures nothing
     ex = FakeExecutor(2)
     again, _ = runs.start(settings(executor="inline", use_priors=False), tmp_path / "again",
-                          cache,
-                          QuietDisplay(), ex)
+                          cache, QuietDisplay(), ex)
     assert strip(again.nodes) == strip(through.nodes) and ex.submitted == 0
 
 
