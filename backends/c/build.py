@@ -25,8 +25,11 @@ from kdsl import dtypes, ir
 from kdsl.backends.base import BuildError, Built
 
 COMPILER = "cc"
+# -fno-tree-pre: GCC 12's partial-redundancy elimination rewrites a chain of the prelude's
+# exp and log (softplus' log(1 + exp(x))) into a form its vectorizer refuses ("no vectype"),
+# leaving the loop scalar; without it the chain vectorizes like exp or log alone
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
-          "-fno-math-errno", "-fno-trapping-math")
+          "-fno-math-errno", "-fno-trapping-math", "-fno-tree-pre")
 
 
 def cache_dir() -> Path:
