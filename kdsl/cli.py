@@ -190,7 +190,12 @@ def _search_options(p, compare: bool = False) -> None:
                    help="ignore what earlier runs learned about operator weights")
     p.add_argument("--no-stored", action="store_true",
                    help="start from the backend's defaults, not the best genome in specs/genomes/")
-    if not compare:  # compare ranks the searches' own curves: it re-measures nothing
+    if compare:
+        p.add_argument("--confirm-rounds", type=int, default=3, metavar="N",
+                       help="after the runs, evaluate the 4 fastest kernels of all runs N "
+                            "times more and read every curve with their medians (0: the "
+                            "searches' single timings)")
+    else:
         p.add_argument("--confirm-rounds", type=int, default=3, metavar="N",
                        help="at the end, re-measure the best candidates and the starting "
                             "genome N times each, interleaved, and crown the best median (0: "

@@ -132,3 +132,31 @@ def test_compare_reports_bootstrap_intervals():
     assert a["evals_to_95"] == [3, 1] and a["mean_evals_to_95_censored"] == 2.0
     assert b["evals_to_95"] == [None, None] and b["evals_to_95_censored"] == [4, 4]
     assert b["reached_95"] == "0/2" and b["evals_to_95_ci95"] == (4.0, 4.0)
+
+
+def test_compare_reads_every_curve_with_the_re_measured_medians(tmp_path):
+    """One lucky timing set the target: re-measured, the kernel counts at its median in
+    every run's curve, and the target falls to what the kernels really do."""
+    from kdsl import spec as spec_mod
+    from kdsl.search.compare import confirm_kernels, curve_with
+    op = spec_mod.find_op(spec_mod.load(SPEC), None)
+
+    def rec(i, genes, speedup, h):
+        return {"id": i, "iteration": i - 1, "source_hash": h, "kind": "decide",
+                "candidate": {"backend": "fake", "genome": genes},
+                "result": {"ok": True, "speedup": speedup}}
+    lucky = {"a": 6, "b": 3, "mode": "x"}   # reward 3.5, timed once at 10x
+    honest = {"a": 6, "b": 3, "mode": "y"}  # reward 4.0
+    runs_nodes = {("random", 0): [rec(1, {"a": 2, "b": 2, "mode": "x"}, 1.0, "h0"),
+                                  rec(2, lucky, 10.0, "lucky")],
+                  ("mcts", 0): [rec(1, {"a": 2, "b": 2, "mode": "x"}, 1.0, "h0"),
+                                rec(2, honest, 4.0, "honest")]}
+    ex = LuckyExecutor(luck=1.0)
+    confirmed = confirm_kernels(op, ex, EvalConfig(time=True), runs_nodes, top=2, rounds=3)
+    assert set(confirmed) == {"lucky", "honest"}
+    assert confirmed["lucky"]["search"] == 10.0
+    assert confirmed["lucky"]["median"] == pytest.approx(reward(lucky))
+    assert all(cfg.seeds == () for cfg in ex.configs) and len(ex.configs) == 6
+    assert curve_with(runs_nodes["random", 0], confirmed) == [1.0, pytest.approx(3.5)]
+    assert curve_with(runs_nodes["mcts", 0], confirmed) == [1.0, pytest.approx(4.0)]
+    assert confirm_kernels(op, ex, EvalConfig(time=True), runs_nodes, rounds=0) == {}

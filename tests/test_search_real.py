@@ -92,9 +92,14 @@ def test_compare_runs_every_policy_and_seed_from_the_defaults(tmp_path):
     out = tmp_path / "cmp"
     assert main(["compare", str(spec), "--backend", "c", "--policies", "mcts,random",
                  "--seeds", "0-1", "--budget", "3", "--executor", "inline", "--llm", "off",
-                 "--out", str(out)]) == 0
+                 "--confirm-rounds", "1", "--out", str(out)]) == 0
     result = json.loads((out / "compare.json").read_text())
     assert set(result["policies"]) == {"mcts", "random"}
+    # the fastest kernels of all runs were evaluated once more, and the runs themselves not
+    assert 1 <= len(result["confirmed"]) <= 4
+    assert all(len(v["speedups"]) == 1 and v["median"] > 0 for v in result["confirmed"].values())
+    assert all("confirmed" not in json.loads((out / f"{p}-{s}" / "summary.json").read_text())
+               for p in ("mcts", "random") for s in (0, 1))
     for policy in ("mcts", "random"):
         p = result["policies"][policy]
         assert len(p["best"]) == 2 and all(b > 0 for b in p["best"]), p
