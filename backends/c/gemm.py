@@ -428,6 +428,8 @@ class Packed:
         R2.main.append(Loop(v["c"], "0", v["nc"], body=C3))
         split.orelse.main.append(Loop(v["r"], "0", v["mc"], body=R2, vector=False))
         T1.main.append(split)
+        # dynamic: edge tasks are narrower (an N of 741 in blocks of 512), and a thread
+        # that shares its core with another process takes fewer of them
         return Loop(v["t"], "0", f"{v['tasks']} * {v['ks']}", body=T1, vector=False,
                     head=["#pragma omp for schedule(dynamic, 1)"])
 
