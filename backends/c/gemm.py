@@ -183,6 +183,17 @@ class Packed:
         self.overrides = {}
         stack[-1].main.append(self.store(st, scope, v))
 
+    def _epilogue(self, con, st, bsubs: dict, axes: list, stack: list, acc: str) -> None:
+        """``_finish`` inside the loops over an output block: ``axes`` are (the output
+        axes, their flat index, the block whose loop sets it, that loop's depth), each
+        axis group's unflattened indices computed at the head of its block."""
+        scope = {n: Var(x, 1) for n, x in bsubs.items()}
+        for names, flat, block, depth in axes:
+            lines, subs = self._split(con, st, names, flat)
+            block.pre += lines
+            scope.update({n: Var(x, depth) for n, x in subs.items()})
+        self._finish(con, st, stack, scope, acc)
+
     # ---- the group ----
     def packed_group(self, g, con: Contraction) -> list[str]:
         """The group's C lines: sizes, then the narrow kernel for outputs narrower than
@@ -296,14 +307,9 @@ class Packed:
         C2.main.append(f"const float {grid}[{rows}][{cols}] = {{" +
                        ", ".join("{" + ", ".join(row) + "}" for row in acc) + "};")
         W3, R4 = Block(), Block()
-        nlines, nsubs = self._split(con, st, con.n, f"({n0} + {w})")
-        mlines, msubs = self._split(con, st, con.m, f"({m0} + {r})")
-        W3.pre += nlines
-        R4.pre += mlines
-        scope = {n: Var(x, 1) for n, x in bsubs.items()}
-        scope.update({n: Var(x, 3) for n, x in nsubs.items()})
-        scope.update({n: Var(x, 4) for n, x in msubs.items()})
-        self._finish(con, st, [self.pre, T1, C2, W3, R4], scope, f"{grid}[{r}][{w}]")
+        self._epilogue(con, st, bsubs, [(con.n, f"({n0} + {w})", W3, 3),
+                                        (con.m, f"({m0} + {r})", R4, 4)],
+                       [self.pre, T1, C2, W3, R4], f"{grid}[{r}][{w}]")
         W3.main.append(Loop(r, "0", h, body=R4, vector=False))
         C2.main.append(Loop(w, "0", f"kd_min64({cols}, {v['N']} - {n0})", body=W3,
                             vector=False))
@@ -417,14 +423,9 @@ class Packed:
         share.body.main.append(cols)
         split.then.main.append(share)
         R2, C3 = Block(), Block()
-        mlines, msubs = self._split(con, st, con.m, f"({v['m0']} + {v['r']})")
-        nlines, nsubs = self._split(con, st, con.n, f"({v['n0']} + {v['c']})")
-        R2.pre += mlines
-        C3.pre += nlines
-        scope = {n: Var(t, 1) for n, t in bsubs.items()}
-        scope.update({n: Var(t, 2) for n, t in msubs.items()})
-        scope.update({n: Var(t, 3) for n, t in nsubs.items()})
-        self._finish(con, st, [self.pre, T1, R2, C3], scope, acc)
+        self._epilogue(con, st, bsubs, [(con.m, f"({v['m0']} + {v['r']})", R2, 2),
+                                        (con.n, f"({v['n0']} + {v['c']})", C3, 3)],
+                       [self.pre, T1, R2, C3], acc)
         R2.main.append(Loop(v["c"], "0", v["nc"], body=C3))
         split.orelse.main.append(Loop(v["r"], "0", v["mc"], body=R2, vector=False))
         T1.main.append(split)
