@@ -29,14 +29,18 @@ from .runstore import RunStore
 
 
 def _confirmed(args, nodes: dict, out: Path) -> dict:
-    """``confirm_kernels`` for ``compare``'s runs, kept in ``confirmed.json`` (a resumed
-    compare reads it back instead of measuring again)."""
+    """``confirm_kernels`` for ``compare``'s runs, kept in ``confirmed.json`` (a compare
+    resumed over the same runs reads it back instead of measuring again)."""
     rounds = getattr(args, "confirm_rounds", CONFIRM_ROUNDS)
     if rounds < 1:
         return {}
     kept = out / "confirmed.json"
+    # the runs it was measured for: a compare given more seeds or policies measures again
+    runs_of = sorted(f"{p}-{s}:{len(n)}" for (p, s), n in nodes.items())
     if kept.exists():
-        return json.loads(kept.read_text())
+        record = json.loads(kept.read_text())
+        if record.get("runs") == runs_of:
+            return record["kernels"]
     settings = settings_from(args, args.policies.split(",")[0], 0)
     op, _ = runs.load_op(args.spec, args.op)
     executor = runs.make_executor(settings)
@@ -44,7 +48,7 @@ def _confirmed(args, nodes: dict, out: Path) -> dict:
         confirmed = confirm_kernels(op, executor, settings.eval, nodes, rounds=rounds)
     finally:
         executor.shutdown()
-    kept.write_text(json.dumps(confirmed, indent=2) + "\n")
+    kept.write_text(json.dumps({"runs": runs_of, "kernels": confirmed}, indent=2) + "\n")
     return confirmed
 
 
