@@ -236,6 +236,10 @@ def _gemm(op: ir.Op) -> bool:
     if not dot.matches(op):
         return False
     plan = dot._plan(op)
+    if not plan.pairs and dot._extent(plan.k, dot._bench_sizes(op, "cuda")) < 16:
+        # a reduction shorter than tl.dot's least K (a depthwise conv's taps) would be
+        # mostly padding: the row generator's window tiles read it at the memory's pace
+        return False
     return bool(plan.m or plan.pairs) and bool(plan.n or plan.pairs)
 
 

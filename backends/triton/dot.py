@@ -17,6 +17,7 @@ from kdsl import ir
 from kdsl.sizes import evaluate
 
 from kdsl.backends.base import Gene, Genome, Unsupported
+from kdsl.backends.lower.groups import split_groups
 from kdsl.backends.triton.dot_plan import Contraction, NotAContraction, analyze
 from kdsl.backends.triton.dot_source import render_module, split_axes, tma_layout
 
@@ -31,15 +32,16 @@ def matches(op: ir.Op) -> bool:
 def reason(op: ir.Op) -> str | None:
     """None when ``op`` is a contraction this generator renders, else why not."""
     try:
-        analyze(op)
+        analyze(split_groups(op).op)
     except NotAContraction as e:
         return str(e)
     return None
 
 
 def _plan(op: ir.Op) -> Contraction:
+    """The contraction, read after grouped output axes are split (``lower.groups``)."""
     try:
-        return analyze(op)
+        return analyze(split_groups(op).op)
     except NotAContraction as e:
         raise Unsupported(f"triton_dot: {e}") from None
 
@@ -137,7 +139,8 @@ def render(op: ir.Op, genome: Genome) -> str:
     full["num_warps"] = _floor_pow2(max(1, int(full["num_warps"])))
     for key in ("GROUP_M", "num_stages"):
         full[key] = max(1, int(full[key]))
-    return render_module(op, plan, full)
+    split = split_groups(op)
+    return render_module(split.op, plan, full, split.exact)
 
 
 def _shifted(plan: Contraction) -> bool:

@@ -30,6 +30,7 @@ DOT_DTYPES = ("f32", "f16", "bf16")
 EPILOGUE_FNS = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "erf", "sigmoid",
                 "silu", "relu", "abs", "min", "max", "pow", "where")
 INDEX_OPS = ("+", "-", "*", "//", "%")
+GUARD_OPS = ("<", "<=", ">", ">=", "==", "!=", "and", "or")
 
 
 class NotAContraction(Exception):
@@ -67,6 +68,10 @@ class Contraction:
     b: ir.Access  # the [K, N] factor
     epilogue: ir.Expr  # the statement's value with the reduction replaced by ACC
     pairs: tuple[Pair, ...]
+    # a factor written ``where(cond, A[...], 0)``: its condition on indices and dims (a
+    # transposed convolution's ``(o + P - k) % S == 0``), applied as the tile load's mask
+    a_guard: ir.Expr | None = None
+    b_guard: ir.Expr | None = None
 
     def side(self, name: str) -> str:
         """'b', 'm', 'n' or 'k': where index ``name`` lives."""
@@ -96,10 +101,13 @@ def analyze(op: ir.Op) -> Contraction:
     for r in red.indices:
         _require_dim_expr(op, r.lo)
         _require_dim_expr(op, r.hi)
-    reads, scale = _split_factors(op, red.body, set(rnames))
+    reads, scale, guards = _split_factors(op, red.body, set(rnames))
     a, b = reads
     for f in (a, b):
         _require_dot_operand(op, f, set(lhs) | set(rnames))
+    for g in guards:
+        if g is not None:
+            _require_guard(op, g, set(lhs) | set(rnames))
     a, b, pairs = _find_pairs(op, a, b, lhs, set(lhs) | set(rnames))
     known = set(lhs) | set(rnames) | {v for p in pairs for v in (p.row, p.col)}
     for f in (a, b):
@@ -129,7 +137,7 @@ def analyze(op: ir.Op) -> Contraction:
     epilogue = _replace(st.value, red, _scaled(red, scale))
     _require_epilogue(op, epilogue, set(lhs), paired)
     plan = Contraction(st.target, lhs, shape, tuple(batch), tuple(m), tuple(n), tuple(k),
-                       a, b, epilogue, tuple(pairs))
+                       a, b, epilogue, tuple(pairs), *guards)
     return _orient(plan)
 
 
@@ -142,7 +150,8 @@ def _orient(plan: Contraction) -> Contraction:
     name = pair.col if pair else last
     if plan.side(name) != "m":
         return plan
-    return replace(plan, a=plan.b, b=plan.a, m=plan.n, n=plan.m)
+    return replace(plan, a=plan.b, b=plan.a, m=plan.n, n=plan.m,
+                   a_guard=plan.b_guard, b_guard=plan.a_guard)
 
 
 # ---- factors ----------------------------------------------------------------
@@ -162,18 +171,41 @@ def _strip_casts(e: ir.Expr) -> ir.Expr:
 
 
 def _split_factors(op, body, reduced: set[str]):
-    reads, scale = [], []
+    """(the two reads, the other factors, each read's guard or None)."""
+    reads, scale, guards = [], [], []
     for f in _product(body):
         if _names(f) & reduced:
+            f, guard = _guarded(_strip_casts(f))
             f = _strip_casts(f)
             if not isinstance(f, ir.Access):
                 raise NotAContraction("a factor that depends on the reduced indices is not a read")
             reads.append(f)
+            guards.append(guard)
         else:
             scale.append(f)
     if len(reads) != 2:
         raise NotAContraction(f"{len(reads)} factors depend on the reduced indices, not 2")
-    return reads, scale
+    return reads, scale, guards
+
+
+def _guarded(f: ir.Expr):
+    """``where(cond, X, 0)`` -> (X, cond); any other factor -> (f, None)."""
+    if isinstance(f, ir.Call) and f.fn == "where" and isinstance(f.args[2], ir.Num) \
+            and f.args[2].value == 0:
+        return f.args[1], f.args[0]
+    return f, None
+
+
+def _require_guard(op, e, indices: set[str]) -> None:
+    """A guard is integer arithmetic and comparisons on indices and dims: no reads."""
+    for n in ir.walk(e):
+        if isinstance(n, ir.Name) and n.name not in indices and n.name not in op.dims:
+            raise NotAContraction(f"a factor's condition reads '{n.name}'")
+        if isinstance(n, ir.Num) and not isinstance(n.value, int):
+            raise NotAContraction("a factor's condition is not integer arithmetic")
+        if not isinstance(n, (ir.Name, ir.Num, ir.Binary, ir.Unary)) or \
+                isinstance(n, ir.Binary) and n.op not in INDEX_OPS + GUARD_OPS:
+            raise NotAContraction("a factor's condition is not integer arithmetic")
 
 
 def _require_dot_operand(op: ir.Op, f: ir.Access, indices: set[str]) -> None:
