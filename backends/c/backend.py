@@ -40,6 +40,7 @@ from kdsl import ir
 from kdsl.backends.c import build as c_build
 from kdsl.backends.c import plan as c_plan
 from kdsl.backends.c.contraction import contractions
+from kdsl.backends.c.conv import convolutions
 from kdsl.backends.lower.layouts import contiguous_operands
 from kdsl.backends.lower.scans import ranges_as_scans
 from kdsl.backends.base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
@@ -109,10 +110,14 @@ class CBackend:
             genes.append(Gene("acc", ("float", "double"), doc="float accumulator precision"))
         if facts["division"] and not (op.tolerance and op.tolerance.exact):
             genes.append(Gene("fast_div", (True, False), doc="reciprocal of invariant divisors"))
+        defaults: tuple = ()
         if facts["contraction"]:
             genes += GEMM_GENES
-            return Space(tuple(genes), gemm_defaults())
-        return Space(tuple(genes))
+            defaults += gemm_defaults()
+        if facts["conv"]:
+            genes += CONV_GENES
+            defaults += conv_defaults(facts["conv"])
+        return Space(tuple(genes), defaults) if defaults else Space(tuple(genes))
 
     def options(self, op: ir.Op, genome: Genome, device: str = "cpu") -> Options:
         g = self.space(op, device).complete(genome)
@@ -125,7 +130,8 @@ class CBackend:
                        fast_div=g.get("fast_div", True), prefetch=g.get("prefetch", 0),
                        gemm=g.get("gemm", "loops"), mr=g.get("mr", 8), nr=g.get("nr", 32),
                        kc=g.get("kc", 256), mc=g.get("mc", 256), nc=g.get("nc", 512),
-                       split_k=g.get("split_k", "auto"))
+                       split_k=g.get("split_k", "auto"), conv=g.get("conv", "loops"),
+                       conv_cob=g.get("conv_cob", 8), conv_nv=g.get("conv_nv", 2))
 
     # ---- code ----
     def render(self, op: ir.Op, genome: Genome, device: str) -> str:
@@ -164,6 +170,25 @@ GEMM_GENES = (
 GEMM_DEFAULTS = (("kc", 256), ("mc", 256), ("nc", 512))
 
 
+CONV_GENES = (
+    Gene("conv", ("direct", "loops"), doc="convolutions as the direct kernel or a loop nest",
+         level=0),
+    Gene("conv_cob", (8, 4, 6, 12, 16), ordered=True,
+         doc="output channels a convolution micro-kernel keeps in registers"),
+    Gene("conv_nv", (2, 1, 3, 4, 6), ordered=True,
+         doc="vectors of output positions a convolution micro-kernel keeps"),
+)
+
+
+def conv_defaults(kind: str) -> tuple:
+    """``kind``: "m" when a convolution blocks output channels in registers, else "dw"
+    (a depthwise one: one channel, so more positions)."""
+    wide = "__AVX512F__" in c_build.native_macros()
+    if kind == "dw":
+        return (("conv_nv", 4),)
+    return (("conv_cob", 8 if wide else 6), ("conv_nv", 2))
+
+
 def gemm_defaults() -> tuple:
     tile = (8, 32) if "__AVX512F__" in c_build.native_macros() else (6, 16)
     return (("mr", tile[0]), ("nr", tile[1])) + GEMM_DEFAULTS
@@ -176,10 +201,11 @@ def canonical(op: ir.Op, packed: bool = False) -> ir.Op:
     the layout the row updates read contiguously, except (``packed``) those of a
     contraction the packed GEMM reads itself."""
     op = ranges_as_scans(op)
+    convs = convolutions(op)
     if not packed:
-        return contiguous_operands(op)
+        return contiguous_operands(op, keep=lambda st: st.target in convs)
     found = contractions(op)
-    return contiguous_operands(op, keep=lambda st: st.target in found)
+    return contiguous_operands(op, keep=lambda st: st.target in found or st.target in convs)
 
 
 def _statement_problem(st: ir.Statement) -> str | None:
@@ -223,7 +249,17 @@ def _facts(op: ir.Op) -> dict:
         "float_acc": floats,
         "division": any(isinstance(n, ir.Binary) and n.op == "/" for n in nodes),
         "contraction": bool(contractions(op) or contractions(c_plan.inline(op))),
+        "conv": _conv_kind(op),
     }
+
+
+def _conv_kind(op: ir.Op) -> str:
+    """"m" when a convolution of ``op`` has output channels to block, "dw" when its
+    convolutions have none, "" when it has none."""
+    convs = convolutions(op).values()
+    if not convs:
+        return ""
+    return "m" if any(c.m is not None for c in convs) else "dw"
 
 
 BACKEND = CBackend()

@@ -14,6 +14,7 @@ from kdsl import dtypes, ir
 
 from kdsl.backends.c import plan as c_plan
 from kdsl.backends.c.code import Block, Loop, Style, render_lines
+from kdsl.backends.c.conv import Direct, convolutions
 from kdsl.backends.c.emit import CTYPE, KIND, LOAD, STORE, TMP_CTYPE, C, Emitter, Var, as_float
 from kdsl.backends.c.gemm import Packed
 from kdsl.backends.c.nest import Nests
@@ -47,6 +48,9 @@ class Options:
     mc: int = 256             # M block of a task
     nc: int = 512             # N block of a task
     split_k: str = "auto"     # split K across threads when there are too few tasks
+    conv: str = "direct"      # convolutions: the "direct" kernel (module ``conv``) or "loops"
+    conv_cob: int = 8         # output channels a micro-kernel keeps in registers
+    conv_nv: int = 2          # vectors of output positions a micro-kernel keeps
 
 
 def dims_text(e: ir.Expr) -> str:
@@ -65,7 +69,7 @@ def dims_text(e: ir.Expr) -> str:
     raise ValueError(f"not a size expression: {e}")
 
 
-class KernelWriter(Nests, Packed):
+class KernelWriter(Nests, Packed, Direct):
     def __init__(self, op: ir.Op, dtype: str, opt: Options, helpers: dict):
         self.op, self.dtype, self.opt, self.helpers = op, dtype, opt, helpers
         self.plan = c_plan.plan(op, opt.fuse, opt.inline_tmps, opt.gemm == "packed")
@@ -75,6 +79,7 @@ class KernelWriter(Nests, Packed):
         self.loop_of: dict = {}
         self.fast_div = opt.fast_div and not (op.tolerance and op.tolerance.exact)
         self.group_p = 0
+        self.convs = convolutions(self.op) if opt.conv == "direct" else {}
 
     # ---- tensors ----
     def dtype_of(self, name: str) -> str:
@@ -168,8 +173,15 @@ class KernelWriter(Nests, Packed):
         return reds
 
     def group(self, g: c_plan.GroupPlan) -> list[str]:
-        con = self.plan.contractions.get(g.stmts[0].st.target)
-        return self.loop_group(g) if con is None else self.packed_group(g, con)
+        target = g.stmts[0].st.target
+        con = self.plan.contractions.get(target)
+        if con is not None:
+            return self.packed_group(g, con)
+        conv = self.convs.get(target)
+        if conv is not None and len(g.stmts) == 1 and \
+                self.plan.storage[target] in ("output", "global"):
+            return self.conv_group(g, conv)
+        return self.loop_group(g)
 
     def loop_group(self, g: c_plan.GroupPlan) -> list[str]:
         self.pre, self.allocs, self.group_p = Block(), [], g.p
