@@ -99,7 +99,8 @@ def profile_runs(op, todo, device: str, runs: int) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--op", required=True)
+    ap.add_argument("--op", required=True,
+                    help="a library op's name, or a .kspec file (its first op)")
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     ap.add_argument("--genome", action="append", help="a JSON object of genes (repeatable)")
@@ -109,7 +110,15 @@ def main(argv=None) -> int:
                     help="only run each variant and the baseline this many times (no checks)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    op = library_op("genome_variants", args.op)
+    if args.op.endswith(".kspec"):
+        from kdsl import spec
+        from kdsl.errors import SpecError
+        try:
+            op = spec.find_op(spec.load(args.op), None)
+        except (OSError, SpecError) as e:
+            return _usage(str(e).splitlines()[0])
+    else:
+        op = library_op("genome_variants", args.op)
     if op is None:
         return 2
     try:

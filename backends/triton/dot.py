@@ -19,7 +19,7 @@ from kdsl.sizes import evaluate
 from kdsl.backends.base import Gene, Genome, Unsupported
 from kdsl.backends.lower.groups import split_groups
 from kdsl.backends.triton.dot_plan import Contraction, NotAContraction, analyze
-from kdsl.backends.triton.dot_source import render_module, split_axes, tma_layout
+from kdsl.backends.triton.dot_source import k_split, render_module, split_axes, tma_layout, window_axes
 
 WIDE_TILES = (16, 32, 64, 128, 256)
 PAIR_TILES = (16, 32, 64)  # a gram tile covers F features; F is tens, not thousands
@@ -61,9 +61,15 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
         out.append(Gene("FLATTEN", (0, 1), doc="1: every index of a side joins the tile; "
                                                "0: only the innermost, the rest go to the grid"))
     if "f32" in op.dtype_choices:
-        out.append(Gene("F32_DOT", ("ieee", "tf32x3"), doc="how f32 operands multiply: "
-                        "ieee (fused multiply-adds) or tf32x3 (three TF32 tensor-core "
-                        "products of the split operands, about f32's accuracy)"))
+        out.append(Gene("F32_DOT", ("ieee", "tf32x3", "bf16x3"), doc="how f32 operands "
+                        "multiply: ieee (fused multiply-adds), tf32x3 (three TF32 tensor-core "
+                        "products of the split operands, about f32's accuracy) or bf16x3 "
+                        "(three bf16 products of operands split in bf16 halves: 16 bits of "
+                        "mantissa, at twice TF32's tensor-core rate)"))
+    if window_axes(plan):
+        out.append(Gene("K_SCALAR", tuple(range(len(window_axes(plan)) + 1)), ordered=True,
+                        doc="window (tap) axes run as scalars in an outer loop, outermost "
+                            "first; the rest of the reduction is tiled by BLOCK_K"))
     if tma_layout(plan):
         out.append(Gene("TMA", (0, 1), doc="1: both factors' tiles by tensor descriptors "
                                            "(the copy engine; zero fill past the edges) "
@@ -84,11 +90,18 @@ def defaults(op: ir.Op, device: str) -> Genome:
         g["F32_DOT"] = "ieee"
     if tma_layout(plan):
         g["TMA"] = 0  # the pointer loads, but on the tile where TMA was timed (below)
+    windows = window_axes(plan)
+    if windows:
+        # as many taps scalar as leave a reduction tile of at least 16 (tl.dot's least K)
+        g["K_SCALAR"] = next((s for s in range(len(windows), -1, -1)
+                              if _extent([ax for ax in plan.k if ax not in windows[:s]],
+                                         sizes) >= 16), 0)
     if len(plan.m) > 1 or len(plan.n) > 1:
         inner = [_extent(axes[-1:], sizes) for axes in (plan.m, plan.n) if len(axes) > 1]
         g["FLATTEN"] = int(min(inner) < 128)
     batch, m, n = split_axes(plan, bool(g.get("FLATTEN", 1)))
-    M, N, K = _extent(m, sizes), _extent(n, sizes), _extent(plan.k, sizes)
+    M, N = _extent(m, sizes), _extent(n, sizes)
+    K = _extent(k_split(plan, g.get("K_SCALAR", 0))[1], sizes)  # one step's reduction
     if plan.pairs:
         # one gram tile a program, memory-bound: cover F and D in one step
         tile = min(max(16, _pow2(max(M, N))), PAIR_TILES[-1])

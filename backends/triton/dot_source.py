@@ -38,6 +38,30 @@ def _position(plan: Contraction, ax: Axis) -> float:
     return plan.lhs.index(ax.name)
 
 
+def window_axes(plan: Contraction) -> list[Axis]:
+    """The K axes a factor reads together with a tile index (a convolution's taps, in
+    ``x[.., o * S + k * D - P]``) or that a guard names, in the reduction's order."""
+    tiled = {ax.name for ax in plan.m + plan.n}
+    shifted = set()
+    for f in (plan.a, plan.b):
+        for s in f.subscripts:
+            names = {n.name for n in ir.walk(s) if isinstance(n, ir.Name)}
+            if names & tiled:
+                shifted |= names
+    for g in (plan.a_guard, plan.b_guard):
+        if g is not None:
+            shifted |= {n.name for n in ir.walk(g) if isinstance(n, ir.Name)}
+    return [ax for ax in plan.k if ax.name in shifted]
+
+
+def k_split(plan: Contraction, scalar: int):
+    """(scalar K axes, tiled K axes): the first ``scalar`` window axes run as scalars in an
+    outer loop (one tap a step: the tile's addresses and bounds are then a row vector plus a
+    column vector, not a computation per element); the rest are flattened into BLOCK_K."""
+    outer = window_axes(plan)[:max(scalar, 0)]
+    return outer, [ax for ax in plan.k if ax not in outer]
+
+
 def tma_layout(plan: Contraction) -> tuple[str, str] | None:
     """How tensor descriptors would read the two factors: ("mk" | "km", "kn" | "nk"), the
     order of each factor's two subscripts; None unless both are plain 2-D reads (bare axis
@@ -76,10 +100,12 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=()) -> str:
     name = "kdsl_" + "".join(c if c.isalnum() else "_" for c in op.name)
     helpers: set[str] = set()
     tma = tma_layout(plan)
-    body = _kernel_body(op, plan, batch, m, n, helpers, tma, genome.get("F32_DOT", "ieee"))
+    k_outer, k_inner = k_split(plan, int(genome.get("K_SCALAR", 0)))
+    body = _kernel_body(op, plan, batch, m, n, helpers, tma, genome.get("F32_DOT", "ieee"),
+                        k_outer, k_inner)
     ptrs = [f"t_{t}" for t in tensors(plan)] + (["desc_a", "desc_b"] if tma else [])
     dims = [f"d_{d}" for d in op.dims]
-    params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k"] + [
+    params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k", "n_t"] + [
         f"{c}: tl.constexpr" for c in
         ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "IDX64", "IEEE", "SHARE")
         + (("TMA",) if tma else ())]
@@ -87,7 +113,7 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=()) -> str:
     parts = [_HEADER.format(op=op.name) + (_TMA_IMPORT if tma else "")]
     parts += [HELPERS[h] for h in sorted(helpers)]
     parts.append("@triton.jit\n" + sig + "\n" + "\n".join("    " + ln if ln else "" for ln in body))
-    parts.append(_launcher(op, plan, batch, m, n, name, genome, tma, exact))
+    parts.append(_launcher(op, plan, batch, m, n, name, genome, tma, exact, k_outer, k_inner))
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
@@ -142,7 +168,7 @@ def _dot(f32: str) -> list[str]:
 
 
 def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
-                 f32: str = "ieee") -> list[str]:
+                 f32: str = "ieee", k_outer=(), k_inner=None) -> list[str]:
     dims = TileScope(op, {}, helpers=helpers)
     body = list(_PROLOGUE)
     body += _decompose("pid_b", batch, dims) + _decompose("flat_m", m, dims)
@@ -151,22 +177,29 @@ def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
     rows = {ax.name: f"i_{ax.name}[:, None]" for ax in m}
     cols = {ax.name: f"i_{ax.name}[None, :]" for ax in n}
     run_m, run_n = _run(m, "flat_m[:, None]", "n_m"), _run(n, "flat_n[None, :]", "n_n")
-    body += _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma, f32)
+    body += _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma, f32,
+                    list(k_outer), list(plan.k if k_inner is None else k_inner))
     out = TileScope(op, {**scalar, **rows, **cols}, helpers=helpers, runs=(run_m, run_n))
     return body + _epilogue(plan, m, n, out)
 
 
 def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpers,
-            tma=None, f32: str = "ieee") -> list[str]:
-    k_cols = {ax.name: f"i_{ax.name}[None, :]" for ax in plan.k}
-    k_rows = {ax.name: f"i_{ax.name}[:, None]" for ax in plan.k}
-    a_scope = TileScope(op, {**scalar, **rows, **k_cols}, helpers=helpers,
-                        runs=(run_m, _run(plan.k, "lane_k[None, :]", "n_k")))
-    b_scope = TileScope(op, {**scalar, **cols, **k_rows}, helpers=helpers,
-                        runs=(run_n, _run(plan.k, "lane_k[:, None]", "n_k")))
+            tma=None, f32: str = "ieee", k_outer=(), k_inner=()) -> list[str]:
+    taps = {ax.name: f"i_{ax.name}" for ax in k_outer}
+    k_cols = {ax.name: f"i_{ax.name}[None, :]" for ax in k_inner}
+    k_rows = {ax.name: f"i_{ax.name}[:, None]" for ax in k_inner}
+    a_scope = TileScope(op, {**scalar, **rows, **k_cols, **taps}, helpers=helpers,
+                        runs=(run_m, _run(k_inner, "lane_k[None, :]", "n_k")))
+    b_scope = TileScope(op, {**scalar, **cols, **k_rows, **taps}, helpers=helpers,
+                        runs=(run_n, _run(k_inner, "lane_k[:, None]", "n_k")))
     every = plan.batch + plan.m + plan.n + plan.k
-    inner = ["lane_k = k0 + tl.arange(0, BLOCK_K)", "if IDX64:", "    lane_k = lane_k.to(tl.int64)"]
-    inner += _decompose("lane_k", plan.k, TileScope(op, {}, helpers=helpers))
+    inner = []
+    if k_outer:
+        # one flat loop over (tap, K block) pairs keeps a single loop for the pipeliner
+        inner += ["tap = step // tiles_k", "k0 = (step % tiles_k) * BLOCK_K"]
+        inner += _decompose("tap", k_outer, TileScope(op, {}, helpers=helpers))
+    inner += ["lane_k = k0 + tl.arange(0, BLOCK_K)", "if IDX64:", "    lane_k = lane_k.to(tl.int64)"]
+    inner += _decompose("lane_k", k_inner, TileScope(op, {}, helpers=helpers))
     a_ptr, a_inside, a_pad = _operand(plan.a, a_scope, m, plan.k, ("BLOCK_M", "BLOCK_K"), every)
     b_ptr, b_inside, b_pad = _operand(plan.b, b_scope, plan.k, n, ("BLOCK_K", "BLOCK_N"), every)
     a_guard = _guard(plan.a_guard, a_scope)
@@ -182,8 +215,12 @@ def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpe
     if tma:
         inner = _tma_loads(*tma) + ["else:"] + ["    " + ln for ln in inner]
     inner += _dot(f32)
-    return ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-            "for k0 in range(0, n_k, BLOCK_K):"] + ["    " + ln for ln in inner]
+    head = ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"]
+    if k_outer:
+        head += ["tiles_k = tl.cdiv(n_k, BLOCK_K)", "for step in range(0, n_t * tiles_k):"]
+    else:
+        head += ["for k0 in range(0, n_k, BLOCK_K):"]
+    return head + ["    " + ln for ln in inner]
 
 
 def _tma_loads(a: str, b: str) -> list[str]:
@@ -309,7 +346,13 @@ def _rename(e: ir.Expr, names: dict[str, ir.Expr]) -> ir.Expr:
 def _load(var: str, ptr: str, mask: list[str]) -> str:
     if not mask:
         return f"{var} = tl.load({ptr})"
-    return f"{var} = tl.load({ptr}, mask={' & '.join(mask)}, other=0.0)"
+    code = " & ".join(mask)
+    if any("[" not in t for t in mask) and any("[" in t for t in mask):
+        # a scalar term (a tap's row in range) beside tile terms: the interpreter's & of
+        # a 0-d and a 2-d bool gives int32, which its load refuses; != 0 makes it bool
+        # again (on a GPU the compare of an i1 with 0 folds away)
+        code = f"({code}) != 0"
+    return f"{var} = tl.load({ptr}, mask={code}, other=0.0)"
 
 
 # ---- the launcher ---------------------------------------------------------------
@@ -332,7 +375,7 @@ def _product(axes) -> str:
 
 
 def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=None,
-              exact=()) -> str:
+              exact=(), k_outer=(), k_inner=None) -> str:
     names = tensors(plan)
     ins = [t for t in names if t != plan.target]
     a, b = plan.a.tensor, plan.b.tensor
@@ -349,7 +392,8 @@ def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=N
         descs = _DESCRIPTORS.format(a=a, b=b, la=tma[0], lb=tma[1])
     return _LAUNCHER.format(
         genome=gen, name=name, dims=", ".join(f'"{d}"' for d in op.dims),
-        n_b=_product(batch), n_m=_product(m), n_n=_product(n), n_k=_product(plan.k),
+        n_b=_product(batch), n_m=_product(m), n_n=_product(n),
+        n_k=_product(plan.k if k_inner is None else k_inner), n_t=_product(k_outer),
         ins=", ".join(f'"{t}"' for t in ins), target=plan.target, a=a, cast=cast,
         args=args, descs=descs, exact="".join(_EXACT.format(
             ext=_host(ext), block=_host(block)) for ext, block in exact))
@@ -420,13 +464,14 @@ def fit(n_m, n_n, n_k, itemsize, smem):
 
 def configure(sizes, itemsize, smem=SMEM_DEFAULT, idx64=False, ieee=False):
     """The launch for ``sizes``: grid, scalar arguments, constexprs and options; None if empty."""
-    n_b, n_m, n_n, n_k = {n_b}, {n_m}, {n_n}, {n_k}
+    n_b, n_m, n_n, n_k, n_t = {n_b}, {n_m}, {n_n}, {n_k}, {n_t}
     if n_b <= 0 or n_m <= 0 or n_n <= 0:
         return None
     bm, bn, bk, stages = fit(n_m, n_n, n_k, itemsize, smem)
     grid = (n_b * triton.cdiv(n_m, bm) * triton.cdiv(n_n, bn),)
     scalars = [("d_" + d, int(sizes[d])) for d in DIMS]
-    scalars += [("n_b", n_b), ("n_m", n_m), ("n_n", n_n), ("n_k", max(n_k, 0))]
+    scalars += [("n_b", n_b), ("n_m", n_m), ("n_n", n_n), ("n_k", max(n_k, 0)),
+                ("n_t", max(n_t, 0))]
     constexprs = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GENOME["GROUP_M"],
                       EVEN_K=n_k % bk == 0, IDX64=idx64, IEEE=ieee,
                       SHARE=n_m == n_n and bm == bn and n_m <= bm)
