@@ -107,7 +107,8 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=()) -> str:
     dims = [f"d_{d}" for d in op.dims]
     params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k", "n_t"] + [
         f"{c}: tl.constexpr" for c in
-        ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "IDX64", "IEEE", "SHARE")
+        ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "IDX64", "IEEE", "SHARE",
+         "F32_PREC")
         + (("TMA",) if tma else ())]
     sig = _wrap(f"def {name}(", params, "):")
     parts = [_HEADER.format(op=op.name) + (_TMA_IMPORT if tma else "")]
@@ -157,12 +158,12 @@ _PROLOGUE = [
     "flat_n = lane_n % n_n",
 ]
 def _dot(f32: str) -> list[str]:
-    """The MMA step. f32 operands (IEEE, set by the launcher) multiply as ``f32``:
-    'ieee' (fused multiply-adds, no tensor cores) or 'tf32x3' (three TF32 tensor-core
-    products of the split operands: about f32's accuracy at tensor-core speed); 16-bit
-    operands take the tensor cores as they are."""
+    """The MMA step. f32 operands (IEEE, set by the launcher) multiply as the genome's
+    F32_DOT says (the launcher's F32_PREC): 'ieee' (fused multiply-adds, no tensor cores),
+    'tf32x3' (three TF32 tensor-core products of the split operands: about f32's accuracy
+    at tensor-core speed) or 'bf16x3'; 16-bit operands take the tensor cores as they are."""
     return ["if IEEE:",
-            f'    acc = tl.dot(x_a, x_b, acc, input_precision="{f32}")',
+            "    acc = tl.dot(x_a, x_b, acc, input_precision=F32_PREC)",
             "else:",
             "    acc = tl.dot(x_a, x_b, acc)"]
 
@@ -395,6 +396,7 @@ def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=N
         n_b=_product(batch), n_m=_product(m), n_n=_product(n),
         n_k=_product(plan.k if k_inner is None else k_inner), n_t=_product(k_outer),
         ins=", ".join(f'"{t}"' for t in ins), target=plan.target, a=a, cast=cast,
+        f32=genome.get("F32_DOT", "ieee"),
         args=args, descs=descs, exact="".join(_EXACT.format(
             ext=_host(ext), block=_host(block)) for ext, block in exact))
 
@@ -427,6 +429,8 @@ def _copy_engine(device):
 
 _LAUNCHER = '''GENOME = {{{genome}}}
 SMEM_DEFAULT = 232448  # H100/H200 opt-in shared memory a block; the interpreter's stand-in
+F32_PREC = "{f32}"  # how f32 operands multiply in tl.dot
+INTERPRETED_PRECS = ("ieee", "tf32", "tf32x3")  # what the Triton interpreter accepts
 INDEX64_FROM = 2 ** 31  # elements: a tensor this big gets int64 offsets
 DIMS = ({dims},)
 
@@ -473,6 +477,7 @@ def configure(sizes, itemsize, smem=SMEM_DEFAULT, idx64=False, ieee=False):
     scalars += [("n_b", n_b), ("n_m", n_m), ("n_n", n_n), ("n_k", max(n_k, 0)),
                 ("n_t", max(n_t, 0))]
     constexprs = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GENOME["GROUP_M"],
+                      F32_PREC=F32_PREC,
                       EVEN_K=n_k % bk == 0, IDX64=idx64, IEEE=ieee,
                       SHARE=n_m == n_n and bm == bn and n_m <= bm)
     return dict(grid=grid, scalars=scalars, constexprs=constexprs,
@@ -493,6 +498,8 @@ def kernel(inputs, outputs, sizes):
     big = max([x.numel() for x in t.values()] + [dst.numel()]) >= INDEX64_FROM
     cfg = configure(sizes, t["{a}"].element_size(), _smem(dst.device), big,
                     t["{a}"].dtype == torch.float32)
+    if cfg is not None and dst.device.type == "cpu" and F32_PREC not in INTERPRETED_PRECS:
+        cfg["constexprs"]["F32_PREC"] = "tf32x3"  # the interpreter's nearest: f32 either way
     if cfg is not None:
 {descs}        {name}[cfg["grid"]]({args}, *[v for _, v in cfg["scalars"]], **cfg["constexprs"],
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
