@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 from kdsl import ir
 
-from kdsl.backends.c.code import Style, render_lines
+from kdsl.backends.c.code import Block, Style, render_lines
 from kdsl.backends.c.contraction import _float_tensor, factors
-from kdsl.backends.c.emit import LOAD, STORE
+from kdsl.backends.c.emit import LOAD, C, Var
 from kdsl.backends.lower.groups import split_groups
 
 ONE, ZERO = ir.Num(1), ir.Num(0)
@@ -118,10 +118,6 @@ def linear(e: ir.Expr, idx: set, dims) -> dict | None:
     return None
 
 
-def _term(lin: dict, name) -> ir.Expr:
-    return lin.get(name, ZERO)
-
-
 # ---- recognition ----
 @dataclass(frozen=True)
 class Spatial:
@@ -136,6 +132,7 @@ class Spatial:
 
 @dataclass(frozen=True)
 class Conv:
+    stmt: ir.Statement              # the statement itself (its epilogue is emitted from it)
     st: ir.Statement                # as analysed (grouped output axes split)
     original: tuple[str, ...]       # the statement's own output indices
     x: ir.Access
@@ -169,13 +166,25 @@ def _zero(e: ir.Expr | None) -> bool:
     return e is None or (isinstance(e, ir.Num) and e.value == 0)
 
 
+def _the_sum(e: ir.Expr) -> ir.Reduce | None:
+    """The one sum of ``e`` when everything around it is elementwise, else None."""
+    nodes = list(ir.walk(e))
+    reds = [n for n in nodes if isinstance(n, ir.Reduce)]
+    if len(reds) != 1 or reds[0].op != "sum" or \
+            any(isinstance(n, (ir.Scan, ir.Collective)) for n in nodes):
+        return None
+    return reds[0]
+
+
 def recognise(op: ir.Op, st: ir.Statement) -> Conv | None:
     """The statement as a convolution, or None (see the module doc)."""
-    original = st.indices
+    stmt, original = st, st.indices
     splits: list = []
     extents: dict = {}
     target = op.tensor(st.target)
-    if len(op.statements) == 1 and target.role == "out" and not any(st.ranges):
+    if _the_sum(st.value) is None or any(st.ranges):
+        return None
+    if len(op.statements) == 1 and target.role == "out":
         split = split_groups(op)
         new = split.op.statements[0]
         pos = 0
@@ -192,12 +201,10 @@ def recognise(op: ir.Op, st: ir.Statement) -> Conv | None:
             splits.append((g, j, block, target.shape[q]))
             pos += 2
         st = new
-    elif any(st.ranges):
-        return None
     else:
         extents = dict(zip(st.indices, target.shape))
-    red = st.value
-    if not (isinstance(red, ir.Reduce) and red.op == "sum") or not _float_tensor(op, st.target):
+    red = _the_sum(st.value)
+    if not _float_tensor(op, st.target):
         return None
     dims = set(op.dims)
     for r in red.indices:
@@ -220,7 +227,8 @@ def recognise(op: ir.Op, st: ir.Statement) -> Conv | None:
         x, spatial = found
         if not _float_tensor(op, w.tensor) or op.tensor(w.tensor).role == "out":
             continue
-        return _classify(st, original, x, w, spatial, outs, reds, dims, extents, splits)
+        extents.update({s.tap: ONE for s in spatial if s.tap not in reds})
+        return _classify(stmt, st, original, x, w, spatial, outs, reds, dims, extents, splits)
     return None
 
 
@@ -257,7 +265,12 @@ def _spatial_factor(op, f, outs, reds, dims, idx):
             if div is not None and lin[o] != ONE:
                 return None
             spatial.append(Spatial(axis, o, k, lin[o], lin[k], lin.get(None, ZERO), div))
-    if not spatial:
+        elif o and names == o and len(o) == 1:
+            # a spatial axis of kernel size 1 (``od * S - P``): a tap of extent 1
+            (o,) = o
+            tap = _fresh_name(f"{o}_k", idx | set(dims))
+            spatial.append(Spatial(axis, o, tap, lin[o], ZERO, lin.get(None, ZERO), None))
+    if not any(s.b != ZERO for s in spatial):
         return None
     conj = _conjuncts(guard) if guard is not None else []
     if sorted(map(repr, conj)) != sorted(map(repr, needed)):
@@ -265,7 +278,13 @@ def _spatial_factor(op, f, outs, reds, dims, idx):
     return f, spatial
 
 
-def _classify(st, original, x, w, spatial, outs, reds, dims, extents, splits):
+def _fresh_name(name: str, taken: set) -> str:
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _classify(stmt, st, original, x, w, spatial, outs, reds, dims, extents, splits):
     s_out = [s.out for s in spatial]
     taps = [s.tap for s in spatial]
     if len(set(s_out)) != len(s_out) or len(set(taps)) != len(taps):
@@ -295,12 +314,12 @@ def _classify(st, original, x, w, spatial, outs, reds, dims, extents, splits):
     chans = tuple(r for r in sorted(reds) if r not in taps)
     order = {r: q for q, r in enumerate(n for n in _red_order(st))}
     chans = tuple(sorted(chans, key=order.get))
-    return Conv(st, original, x, w, tuple(spatial), m[0] if m else None, batch, chans,
+    return Conv(stmt, st, original, x, w, tuple(spatial), m[0] if m else None, batch, chans,
                 tuple(extents.items()), tuple(splits))
 
 
 def _red_order(st):
-    return [r.name for r in st.value.indices]
+    return [r.name for r in _the_sum(st.value).indices]
 
 
 def convolutions(op: ir.Op) -> dict[str, Conv]:
@@ -518,6 +537,29 @@ class Direct:
                     out.add(n.name)
         return out
 
+    def _conv_store(self, conv: Conv, p: str, env: dict, E: dict) -> list[str]:
+        """The statement's value (its epilogue around the sum, read from ``a[l]``) stored
+        at output ``(q0 + l) * R + r`` of the vector axis."""
+        whole = {g: f"({env[g]} * {E[j]} + {env[j]})" for g, j, _, _ in conv.splits}
+        texts, q = {}, 0
+        names = list(conv.st.indices)
+        for orig in conv.original:
+            n = names[q]
+            if n in whole:
+                texts[orig], q = whole[n], q + 2
+                continue
+            texts[orig] = f"((q0 + l) * {p}R + r)" if n == conv.vec.out else env[n]
+            q += 1
+        scope = {n: Var(t, 0) for n, t in texts.items()}
+        blk = Block()
+        red = _the_sum(conv.stmt.value)
+        self.overrides = {self.em.key(red, scope): C("a[l]", "f")}
+        v = self.em.emit(conv.stmt.value, scope, [blk])
+        self.overrides = {}
+        self.group_p = 0
+        blk.main.append(self.store(conv.stmt, scope, v))
+        return render_lines(blk.items(), Style(True, None, None), 0)
+
     # ---- the tasks ----
     def _conv_tasks(self, conv: Conv, p: str, env: dict, E: dict, cob: int, qt: int,
                     kernels: dict) -> list[str]:
@@ -624,29 +666,10 @@ class Direct:
         for g, j, block, n in conv.splits:
             if not (g in conv.batch and j in conv.batch):
                 L.append(f"          if ({env[g]} * {E[j]} + {env[j]} >= {cexpr(n, {})}) continue;")
-        ysubs = []
-        split_of = {}
-        for g, j, block, n in conv.splits:
-            split_of[g] = (g, j)
-        names = list(st.indices)
-        q = 0
-        while q < len(names):
-            n = names[q]
-            if n in split_of:
-                g, j = split_of[n]
-                ysubs.append(f"{env[g]} * {E[j]} + {env[j]}")
-                q += 2
-                continue
-            ysubs.append("0" if n == vec.out else env[n])
-            q += 1
-        target = st.target
-        off = self.offset(target, ysubs, 0)
-        dt = self.dtype_of(target)
-        L += [f"          const int64_t yo = {off};",
-              "          const float *restrict a = acc + i * " + str(qt) + ";",
-              "          for (int64_t l = 0; l < nq; ++l)",
-              f"            {self.ptr(target)}[yo + (q0 + l) * {p}R + r] = "
-              f"{STORE[dt].format('a[l]')};",
+        L += ["          const float *restrict a = acc + i * " + str(qt) + ";",
+              "          for (int64_t l = 0; l < nq; ++l) {"]
+        L += ["            " + line for line in self._conv_store(conv, p, env, E)]
+        L += ["          }",
               "        }",
               "      }",
               "    }",

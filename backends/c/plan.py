@@ -229,15 +229,21 @@ def _extents(op: ir.Op, st: ir.Statement, names: tuple[str, ...]) -> tuple[ir.Ex
     return tuple(shape[st.indices.index(n)] for n in names)
 
 
-def plan(op: ir.Op, fuse: bool = True, inline_tmps: bool = False, gemm: bool = False) -> Plan:
+def plan(op: ir.Op, fuse: bool = True, inline_tmps: bool = False, gemm: bool = False,
+         conv: bool = False) -> Plan:
     """Groups and storage; with ``gemm``, every contraction (``contraction.recognise``)
-    is a group of its own, which the renderer writes as a packed GEMM."""
+    is a group of its own, which the renderer writes as a packed GEMM; with ``conv``,
+    likewise every convolution (``conv.recognise``), for the direct kernel."""
     if inline_tmps:
         op = inline(op)
-    alone = {}
+    contracted = {}
     if gemm:
         from kdsl.backends.c.contraction import contractions
-        alone = contractions(op)
+        contracted = contractions(op)
+    alone = dict(contracted)
+    if conv:
+        from kdsl.backends.c.conv import convolutions
+        alone.update(convolutions(op))
     raw: list[tuple[list[ir.Statement], tuple[ir.Expr, ...]]] = []
     for st in op.statements:
         ext = _extents(op, st, parallel_candidates(st))
@@ -270,7 +276,7 @@ def plan(op: ir.Op, fuse: bool = True, inline_tmps: bool = False, gemm: bool = F
             storage[t.name] = "global"
         else:
             storage[t.name] = "scalar" if len(t.shape) == p else "row"
-    return Plan(op, tuple(groups), storage, group_of, alone)
+    return Plan(op, tuple(groups), storage, group_of, contracted)
 
 
 # ---- facts the search space depends on ----

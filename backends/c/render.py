@@ -72,7 +72,8 @@ def dims_text(e: ir.Expr) -> str:
 class KernelWriter(Nests, Packed, Direct):
     def __init__(self, op: ir.Op, dtype: str, opt: Options, helpers: dict):
         self.op, self.dtype, self.opt, self.helpers = op, dtype, opt, helpers
-        self.plan = c_plan.plan(op, opt.fuse, opt.inline_tmps, opt.gemm == "packed")
+        self.plan = c_plan.plan(op, opt.fuse, opt.inline_tmps, opt.gemm == "packed",
+                                opt.conv == "direct")
         self.op = self.plan.op
         self.em = Emitter(self)
         self.overrides: dict = {}
