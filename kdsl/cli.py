@@ -113,6 +113,21 @@ def _build() -> argparse.ArgumentParser:
                    help="a directory for the runs (one per policy and seed), their shared "
                         "cache, compare.json and compare.png; a run already there is reused")
 
+    pr = command("profile", "profile one candidate at its bench point: ncu on cuda, perf "
+                            "stat on cpu, and what bounds it")
+    pr.add_argument("spec", help="a .kspec file")
+    pr.add_argument("--op", help="the op to profile (default: the file's only op)")
+    pr.add_argument("--backend", default="triton", help="the backend that renders the kernel")
+    pr.add_argument("--genome", help="JSON object of genes (default: the backend's default "
+                                     "genome)")
+    pr.add_argument("--source", metavar="FILE",
+                    help="a kernel source file to profile (default: render one from the "
+                         "genome)")
+    pr.add_argument("--device", choices=("cpu", "cuda"),
+                    help="where to run it (default: cuda for triton, else cpu)")
+    pr.add_argument("--json", action="store_true",
+                    help="print the profile and its diagnosis as JSON")
+
     k2 = command("knowledge", "what kdsl has learned, and its notes")
     k2.add_argument("action", choices=("show", "notes"),
                     help="show: what earlier runs learned; notes: list the hardware notes")
@@ -200,6 +215,17 @@ def _search_options(p, compare: bool = False) -> None:
                        help="at the end, re-measure the best candidates and the starting "
                             "genome N times each, interleaved, and crown the best median (0: "
                             "keep the search's single timings)")
+    if not compare:
+        p.add_argument("--profile", type=int, default=0, metavar="K",
+                       help="profile the K best kernels at the end (ncu on cuda, perf stat "
+                            "on cpu) and each new best during the search, whose diagnosis "
+                            "steers the operators, the LLM prompts and the cost model "
+                            "(0: no profiles)")
+        p.add_argument("--profile-during", type=int, default=3, metavar="N",
+                       help="(--profile) new bests profiled during the search, at most")
+        p.add_argument("--stop-at-sol", type=float, metavar="F",
+                       help="(--profile) stop the search once a profiled best runs at this "
+                            "fraction of speed-of-light, e.g. 0.9 (default: never)")
     p.add_argument("--cost-model", choices=("auto", "on", "off"), default="auto",
                    help="rank proposals with a learned cost model (lightgbm, the model extra); "
                         "auto: on when lightgbm is installed")

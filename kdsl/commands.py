@@ -94,6 +94,11 @@ def cmd_export(args) -> int:
     return export(args)
 
 
+def cmd_profile(args) -> int:
+    from kdsl.search.profile.command import run
+    return run(args)
+
+
 def cmd_knowledge(args) -> int:
     from kdsl.knowledge import learned, notes
     if args.action == "show":

@@ -37,6 +37,9 @@ def settings_from(args, policy: str, seed: int) -> SearchSettings:
                           policy=policy, policy_params=params, seed=seed, budget=budget,
                           workers=args.workers, cost_model=getattr(args, "cost_model", "auto"),
                           confirm_rounds=_rounds(getattr(args, "confirm_rounds", 0)),
+                          profile=getattr(args, "profile", 0),
+                          profile_during=getattr(args, "profile_during", 3),
+                          stop_at_sol=getattr(args, "stop_at_sol", None),
                           executor=args.executor, executor_options=options,
                           llm=llm, model=args.model,
                           max_llm_calls=args.max_llm_calls, llm_repairs=args.llm_repairs,
@@ -88,6 +91,10 @@ def report(store, summary: dict, recorded: int | None = None) -> None:
               f"{summary['baseline']['time_ms']:.4g} ms) -> {store.root / best['source_path']}")
     else:
         print("best: no correct kernel yet")
+    for row in summary.get("profiles") or ():
+        print(f"profile: node {row['node']} ({row['when']}): {row['line']}")
+    if summary.get("stopped_early"):
+        print(f"stopped early: {summary['stopped_early']}")
     n = summary["evaluations"]
     done = f"{n}" if recorded is None else f"{n} ({recorded} recorded before, {n - recorded} new)"
     print(f"evaluations: {done}, failures: {summary['failures']}, "

@@ -10,6 +10,12 @@ backend, and the op's scale at its bench point (bytes, output elements, the larg
 so that rows of other ops of one class teach what sizes suit what scale. Failures are kept,
 scored below the worst success, so the model learns where kernels break.
 
+With profiles on (``--profile``), the diagnosis of the kernel the search is improving on
+(the run's best, once profiled: its fraction of speed-of-light, each side's, occupancy,
+eligible warps, its bound) joins every row as ``profile.*`` features (``set_context``);
+before any profile, and in runs without profiles, they are NaN, which the trees treat as
+missing. A diagnosis changes only at points fixed by the records, so exactness holds.
+
 Exactness: the model is refit deterministically (one thread, fixed seed) from the records,
 on a schedule that depends only on how many rows it has, and the warm-start rows are saved
 in the run directory when the run begins; a resume or replay therefore ranks exactly as the
@@ -62,6 +68,21 @@ def encode(backend: str, genes: dict, decisions: list, scale: dict) -> dict[str,
     return row
 
 
+PROFILE_FEATURES = ("sol", "memory_sol", "compute_sol", "occupancy", "eligible_warps")
+BOUNDS = ("memory", "compute", "latency")
+
+
+def profile_features(diagnosis: dict | None) -> dict[str, float]:
+    """A diagnosis record as ``profile.*`` features; NaN for whatever it lacks (or no
+    diagnosis at all)."""
+    d = diagnosis or {}
+    row = {f"profile.{k}": float(d[k]) if isinstance(d.get(k), (int, float))
+           and not isinstance(d.get(k), bool) else float("nan") for k in PROFILE_FEATURES}
+    bound = d.get("bound")
+    row["profile.bound"] = float(BOUNDS.index(bound)) if bound in BOUNDS else float("nan")
+    return row
+
+
 def _code(text: str) -> int:
     """A stable small integer for a name (Python's hash of a str changes per process)."""
     return sum((i + 1) * ord(ch) for i, ch in enumerate(text)) % 9973
@@ -83,13 +104,18 @@ class CostModel:
         self.columns: list[str] = []
         self.fitted_at = 0  # len(self.rows) at the last fit
         self.fits = 0
+        self.context: dict[str, float] = {}  # features every row gets (the best's profile)
+
+    def set_context(self, features: dict[str, float]) -> None:
+        """Features added to rows from now on, and to the rows predicted."""
+        self.context = dict(features)
 
     def to_record(self) -> dict:
         return {"prior_rows": len(self.prior), "rows": len(self.rows), "fits": self.fits,
                 "columns": len(self.columns)}
 
     def add(self, row: dict, reward: float) -> None:
-        self.rows.append((row, target(reward)))
+        self.rows.append(({**row, **self.context}, target(reward)))
 
     def due(self) -> bool:
         n = len(self.rows) + len(self.prior)
@@ -124,8 +150,8 @@ class CostModel:
         if self.model is None or not rows:
             return None
         import numpy as np
-        x = np.array([[r.get(c, np.nan) for c in self.columns] for r in rows],
-                     dtype=np.float64)
+        x = np.array([[{**r, **self.context}.get(c, np.nan) for c in self.columns]
+                      for r in rows], dtype=np.float64)
         # one thread: OpenMP's start-up costs more than a few dozen rows (5 ms a call on
         # a busy 2-core machine against 0.2)
         return [float(v) for v in self.model.predict(x, num_threads=1)]

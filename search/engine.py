@@ -73,7 +73,7 @@ class Engine:
                  ctx: Context, operators: OperatorSet, config: EvalConfig, policy: str,
                  seed: int, workers: int, policy_params: dict | None = None,
                  display: Display | None = None, languages: dict[str, str] | None = None,
-                 on_record=None, model=None):
+                 on_record=None, model=None, profiles=None):
         self.op, self.store, self.executor, self.cache = op, store, executor, cache
         self.ctx, self.operators, self.config = ctx, operators, config
         self.seed, self.workers = seed, max(1, workers)
@@ -105,6 +105,10 @@ class Engine:
         self.followups: deque[Proposal] = deque()  # repairs the engine asked for
         self.repair_depth: dict[int, int] = {}
         self.max_repairs = int(ctx.extra.get("max_repairs", 0))
+        # profiles of new bests (profile/loop.py; None: the run profiles nothing), and why
+        # the search stopped before its budget (a best at its speed-of-light target)
+        self.profiles = profiles
+        self.stopped: str | None = None
 
     # ---- candidates ----
     def key(self, c: Candidate) -> str:
@@ -194,8 +198,9 @@ class Engine:
         inflight: deque = deque()
         self.display.start(stats)
         try:
-            while stats.done + len(inflight) < budget or inflight:
-                while len(inflight) < self.workers and stats.done + len(inflight) < budget:
+            while (stats.done + len(inflight) < budget and not self.stopped) or inflight:
+                while len(inflight) < self.workers and stats.done + len(inflight) < budget \
+                        and not self.stopped:
                     p = self.followups.popleft() if self.followups else self.policy.propose(1)[0]
                     inflight.append(self._launch(p))
                 self._finish(*inflight.popleft())
@@ -238,7 +243,8 @@ class Engine:
         self.policy.observe([(p.node, reward)])
         if not result.ok:
             stats.failures += 1
-        if reward > stats.best_speedup:
+        improved = reward > stats.best_speedup
+        if improved:
             stats.best_speedup, stats.best_node = reward, p.node
         if how == "replay":
             record = self.replay[p.node]
@@ -249,6 +255,9 @@ class Engine:
                 self.cache.put(self.key(child), result)
                 self._share(child, reward)
             record = self._record(p, name, child, result, stats.done - 1)
+        if improved and self.profiles is not None and child is not None:
+            self.profiles.on_best(p.node, self.key(child), child, result.artifacts)
+            self.stopped = self.stopped or self.profiles.stop
         if self.on_record:
             self.on_record(record, stats)
         self.display.update(stats, record)

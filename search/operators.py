@@ -15,6 +15,7 @@ from typing import Callable, Protocol
 from kdsl.backends.base import Space
 
 from .candidate import Candidate
+from .profile import advice
 
 
 class FatalOperatorError(Exception):
@@ -34,6 +35,8 @@ class Context:
 
     ``results`` and ``history`` are keyed by candidate (``key(c)``) and kept current
     by the engine: the LLM operators read a parent's feedback and lineage from them.
+    ``diagnoses`` holds the profiled kernels' diagnoses (``profile/``): a mutation of a
+    diagnosed parent tries the genes its bound points at first (``profile.advice``).
     """
     spaces: dict[str, Space]                 # backend name -> its space for this op/device
     starts: list[Candidate] = field(default_factory=list)  # stored/default genomes, in order
@@ -41,6 +44,7 @@ class Context:
     history: dict = field(default_factory=dict)   # candidate key -> lines of its lineage path
     key: Callable = field(default=lambda c: "")   # candidate -> its cache key
     extra: dict = field(default_factory=dict)     # for operators that need more (the LLM)
+    diagnoses: dict = field(default_factory=dict)  # candidate key (or 'best') -> diagnosis
 
 
 class Operator(Protocol):
@@ -80,7 +84,12 @@ def _mutate_genes(parent: Candidate, ctx: Context, rng: random.Random, count: in
     if not mutable:
         return OperatorFailure(name, f"backend {parent.backend} declares no gene with a choice")
     genes = _genes_of(parent, ctx)
-    for g in rng.sample(mutable, min(count, len(mutable))):
+    first = advice.pick(advice.diagnosis_for(ctx, parent), [g.name for g in mutable], count,
+                        rng)
+    by_name = {g.name: g for g in mutable}
+    chosen = [by_name[n] for n in first] if first is not None else \
+        rng.sample(mutable, min(count, len(mutable)))
+    for g in chosen:
         genes[g.name] = rng.choice([v for v in g.values if v != genes[g.name]])
     return Candidate.of(parent.backend, genes, origin=name)
 
@@ -103,7 +112,8 @@ def _neighbour(parents, ctx, rng):
     if not ordered:
         return _mutate_genes(parent, ctx, rng, 1, "neighbour")
     genes = _genes_of(parent, ctx)
-    g = rng.choice(ordered)
+    first = advice.pick(advice.diagnosis_for(ctx, parent), [g.name for g in ordered], 1, rng)
+    g = next(x for x in ordered if x.name == first[0]) if first else rng.choice(ordered)
     i = g.values.index(genes[g.name])
     steps = [j for j in (i - 1, i + 1) if 0 <= j < len(g.values)]
     genes[g.name] = g.values[rng.choice(steps)]

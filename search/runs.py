@@ -74,6 +74,13 @@ def validate(settings: SearchSettings) -> None:
         raise UsageError(f"--budget must be at least 1, got {settings.budget}")
     if settings.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {settings.workers}")
+    if settings.profile < 0 or settings.profile_during < 0:
+        raise UsageError("--profile and --profile-during must be 0 or more")
+    sol = settings.stop_at_sol
+    if sol is not None and not 0 < sol <= 1:
+        raise UsageError(f"--stop-at-sol is a fraction of speed-of-light in (0, 1], not {sol}")
+    if sol is not None and settings.profile < 1:
+        raise UsageError("--stop-at-sol reads profiles: give --profile K too")
 
 
 @functools.lru_cache(maxsize=1)
@@ -217,6 +224,10 @@ def _engine(settings: SearchSettings, op: ir.Op, store: RunStore, cache_path,
 
     def extras() -> dict:
         out = {"operator_weights": operators.weights, "environment": cache.env}
+        if hook is not None:
+            out["profiles"] = hook.rows()
+            if engine.stopped:
+                out["stopped_early"] = engine.stopped
         out["cost_model"] = model.to_record() if model is not None else None
         out["llm"] = {"mode": settings.llm, "model": settings.model,
                       **session.client.usage.to_record()} if session else {"mode": "off"}
@@ -225,12 +236,31 @@ def _engine(settings: SearchSettings, op: ir.Op, store: RunStore, cache_path,
     cache = MeasurementCache(cache_path, settings.device, settings.backends)
     executor = executor or make_executor(settings)
     model = cost_model_of(store.header)
+    hook = profile_hook(settings, op, store, ctx, model)
     writer = SummaryWriter(store, settings, op, store.summary().get("elapsed_s") or 0.0,
                            extras)
     engine = Engine(op, store, executor, cache, ctx, operators, settings.eval, settings.policy,
                     settings.seed, settings.workers, settings.policy_params, display,
-                    languages, on_record=writer, model=model)
+                    languages, on_record=writer, model=model, profiles=hook)
     return engine, writer, executor, cache
+
+
+def profile_hook(settings: SearchSettings, op: ir.Op, store: RunStore, ctx, model):
+    """The run's profiles (``--profile K``), or None when it profiles nothing."""
+    if settings.profile < 1:
+        return None
+    from .profile.loop import ProfileHook
+    from .profile.profiler import profile_source
+
+    def profile_fn(candidate, source, artifacts):
+        bandwidth = artifacts.get("bandwidth_gbs")
+        return profile_source(str(store.root / "spec.kspec"), op.name, candidate.backend,
+                              source, settings.device,
+                              copy_bandwidth=bandwidth * 1e9 if bandwidth else None,
+                              traffic_bytes=artifacts.get("bytes"))
+    return ProfileHook(store, ctx, profile_fn, top=settings.profile,
+                       during=settings.profile_during, stop_at=settings.stop_at_sol,
+                       model=model)
 
 
 def cost_model_header(settings: SearchSettings, op: ir.Op, cache_path) -> dict:
@@ -281,6 +311,9 @@ def execute(settings: SearchSettings, store: RunStore, op: ir.Op, cache_path,
                                            settings.seed, settings.confirm_top,
                                            settings.confirm_rounds)
         writer.adopt_confirmed()
+        if engine.profiles is not None:
+            engine.profiles.finish(store.nodes, writer.confirmed,
+                                   lambda r, c: r.get("key") or engine.key(c))
     except KeyboardInterrupt:
         stopped = "interrupted"
     finally:

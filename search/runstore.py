@@ -2,6 +2,7 @@
 
     RUN/
       lineage.msgpack   append-only stream: a header record, then one record per node
+                        (and a ``profile`` record per profiled node, after it)
       summary.json      rewritten atomically after every node
       kernels/          the source of every evaluated kernel, by content hash (each
                         written atomically); best.<ext> is a copy of the best one
@@ -36,10 +37,12 @@ class RunError(Exception):
 
 
 class RunStore:
-    def __init__(self, root: Path, header: dict, nodes: list[dict], valid_bytes: int = 0):
+    def __init__(self, root: Path, header: dict, nodes: list[dict], valid_bytes: int = 0,
+                 profiles: list[dict] | None = None):
         self.root = root
         self.header = header
         self.nodes = nodes
+        self.profiles = profiles or []  # profile records (search/profile/loop.py), in order
         self._fh = None
         self._valid_bytes = valid_bytes  # where the last complete record of the file ends
 
@@ -86,7 +89,9 @@ class RunStore:
             if problem:
                 raise RunError(f"{path} is damaged: node record {n} "
                                f"(id {r.get('id', '?')}) {problem}")
-        return RunStore(root, header, nodes, end)
+        profiles = [r for r in records[1:] if r.get("type") == "profile"
+                    and isinstance(r.get("node"), int) and isinstance(r.get("profile"), dict)]
+        return RunStore(root, header, nodes, end, profiles)
 
     # ---- writing ----
     def _append(self, record: dict) -> None:
@@ -110,6 +115,13 @@ class RunStore:
             record["candidate"] = {**cand, "source": None, "source_ref": record["source_path"]}
         self._append(record)
         self.nodes.append(record)
+        return record
+
+    def append_profile(self, record: dict) -> dict:
+        """A node's profile and diagnosis, appended after the node's own record."""
+        record = {"type": "profile", "schema": SCHEMA, **record}
+        self._append(record)
+        self.profiles.append(record)
         return record
 
     def write_kernel(self, source_hash: str, source: str, ext: str) -> str:

@@ -40,6 +40,12 @@ class SearchSettings:
                                             # and kdsl.search ask 3; a run recorded before
                                             # they existed resumes with none)
     confirm_top: int = 2                    # how many of the bests (the start comes too)
+    profile: int = 0                        # the K best kernels profiled at the end (ncu on
+                                            # cuda, perf on cpu); with K > 0 new bests are
+                                            # profiled during the search too (0: none)
+    profile_during: int = 3                 # new bests profiled during the search, at most
+    stop_at_sol: float | None = None        # stop once a profiled best reaches this
+                                            # fraction of speed-of-light (None: never)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_record(self) -> dict:

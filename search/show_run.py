@@ -1,5 +1,5 @@
 """``kdsl show RUN``: the summary, every candidate, the best kernel's lineage, failures by
-stage; ``--json`` the same as one machine-readable record. Figures are rounded: a time to
+stage, each profiled kernel's diagnosis; ``--json`` the same as one machine-readable record. Figures are rounded: a time to
 4 significant digits, a speedup to 3 decimals (JSON keeps 6 significant digits)."""
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def show_run(path: str, plot: str | None = None, as_json: bool = False,
         record = {"run": str(path), "summary": s,
                   "best_lineage": [r["id"] for r in lineage.path_to(store.nodes, best["id"])]
                   if best else [],
-                  "candidates": rows}
+                  "candidates": rows, "profiles": _profile_rows(store)}
         print(json.dumps(rounded(record), indent=2, default=str))
     else:
         _print_tables(path, store, s, rows, top)
@@ -131,6 +131,9 @@ def _print_tables(path: str, store: RunStore, s: dict, rows: list[dict],
     best = lineage.best(store.nodes)
     if best is not None:
         con.print(_lineage_table(store.nodes, best))
+    profiles = _profile_rows(store)
+    if profiles:
+        con.print(_profiles_table(profiles))
     by_stage = s.get("failures_by_stage")
     by_stage = by_stage if isinstance(by_stage, dict) else {}
     if not by_stage:
@@ -142,6 +145,23 @@ def _print_tables(path: str, store: RunStore, s: dict, rows: list[dict],
     for stage, n in sorted(by_stage.items(), key=lambda kv: str(kv[0])):
         f.add_row(str(stage), str(n))
     con.print(f)
+
+
+def _profile_rows(store: RunStore) -> list[dict]:
+    from .profile.loop import row_of
+    return [row_of(r) for r in store.profiles]
+
+
+def _profiles_table(rows: list[dict]) -> Table:
+    t = Table(title="profiles (what bounds each profiled kernel)")
+    for col, justify in (("node", "right"), ("when", "left"), ("tool", "left"),
+                         ("speed-of-light", "right"), ("diagnosis", "left")):
+        t.add_column(col, justify=justify, overflow="fold")
+    for r in rows:
+        sol = f"{r['sol'] * 100:.0f}%" if _is_number(r.get("sol")) else "-"
+        t.add_row(str(r["node"]), str(r.get("when") or ""), str(r.get("tool") or ""), sol,
+                  r["line"] if r["ok"] else f"no profile: {r['line']}")
+    return t
 
 
 def _summary_table(path: str, s: dict) -> Table:
@@ -156,6 +176,8 @@ def _summary_table(path: str, s: dict) -> Table:
         t.add_row("evaluations per s", f"{s['evaluations_per_s']:.3g}")
     if "stopped" in s:
         t.add_row("stopped", str(s["stopped"]))
+    if s.get("stopped_early"):
+        t.add_row("stopped early", str(s["stopped_early"]))
     base = s.get("baseline") if isinstance(s.get("baseline"), dict) else {}
     t.add_row("baseline", f"{base.get('name')} {_ms(base.get('time_ms'))}")
     best = s.get("best")

@@ -15,6 +15,7 @@ from kdsl import backends, ir
 
 from ..candidate import Candidate
 from ..operators import Context, OperatorFailure
+from ..profile import advice
 from . import prompts
 from .client import LLMError, Reply
 from .exchanges import text_sha
@@ -102,8 +103,11 @@ class LLMRewrite(_LLMOperator):
         src = s.source_of(p, ctx)
         res = ctx.results.get(ctx.key(p))
         fb = prompts.feedback_text(res)
-        out = s.ask(self.name, "rewrite", p.backend, src, f"{s.op.source_text}\n{fb}",
+        diag = advice.diagnosis_for(ctx, p)  # the profile's reading retrieves notes too
+        out = s.ask(self.name, "rewrite", p.backend, src,
+                    f"{s.op.source_text}\n{fb}\n{advice.words(diag)}",
                     feedback=fb, timing=prompts.timing_text(res),
+                    profile=advice.prompt_text(diag),
                     history="\n".join(ctx.history.get(ctx.key(p), [])) or "(first step)")
         return _candidate(p.backend, p.genes, out, self.name)
 
@@ -117,8 +121,10 @@ class LLMRepair(_LLMOperator):
         res = ctx.results.get(ctx.key(p))
         error = prompts.feedback_text(res)
         attempts = sum(1 for line in ctx.history.get(ctx.key(p), []) if "llm_repair" in line)
+        diag = advice.diagnosis_for(ctx, p)  # a failed kernel has none: the run's best's
         out = s.ask(self.name, "repair", p.backend, s.source_of(p, ctx),
-                    f"{s.op.source_text}\n{error}", error=error, feedback=error,
+                    f"{s.op.source_text}\n{error}\n{advice.words(diag)}", error=error,
+                    feedback=error, profile=advice.prompt_text(diag),
                     attempt=attempts + 1, max_attempts=ctx.extra.get("max_repairs", 1),
                     timing=prompts.timing_text(res),
                     history="\n".join(ctx.history.get(ctx.key(p), [])))
