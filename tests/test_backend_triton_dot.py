@@ -27,7 +27,7 @@ from kdsl import cases, ir
 from kdsl.backends import Unsupported
 from kdsl.backends.triton import dot as td
 from kdsl.backends.triton.dot_plan import analyze
-from kdsl.backends.triton.dot_source import tma_layout
+from kdsl.backends.triton.dot_source import tma_layout, window_axes
 from kdsl.spec import load, parse_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,8 +103,30 @@ op partial_nt
   tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
   test  M in 1..40, N in 1..40, K in 9..48
   bench M=512, N=512, K=512, dtype=f16
+op conv2d_grouped_bias
+  dims B, CI, CO, G, H, W, K, S, P, D
+  in  x: f32 | f16 [B, CI, H, W]
+  in  w: like x [CO, CI // G, K, K]
+  in  bias: like x [CO]
+  out y: like x [B, CO, (H + 2 * P - D * (K - 1) - 1) // S + 1, (W + 2 * P - D * (K - 1) - 1) // S + 1]
+  y[b, co, oh, ow] = sum(c, kh, kw) x[b, co // (CO // G) * (CI // G) + c, oh * S + kh * D - P, ow * S + kw * D - P] pad(0) * w[co, c, kh, kw] + bias[co]
+  baseline F.conv2d(x, w, bias, stride=S, padding=P, dilation=D, groups=G)
+  tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
+  test  B in 1..2, CI in 1..8, CO in 1..8, G in 1..3, H in 1..9, W in 1..9, K in 1..3, S in 1..2, P in 0..1, D in 1..2 where CI % G == 0, CO % G == 0, D * (K - 1) + 1 <= H + 2 * P, D * (K - 1) + 1 <= W + 2 * P
+  bench B=8, CI=64, CO=128, G=1, H=256, W=256, K=3, S=1, P=1, D=1, dtype=f16
+op conv_transposed1d
+  dims B, CI, CO, G, L, K, S, P, D
+  in  x: f32 | f16 [B, CI, L]
+  in  w: like x [CI, CO // G, K]
+  out y: like x [B, CO, (L - 1) * S - 2 * P + D * (K - 1) + 1]
+  y[b, co, o] = sum(c in 0 .. CI // G, k) where((o + P - k * D) % S == 0, x[b, co // (CO // G) * (CI // G) + c, (o + P - k * D) // S] pad(0), 0) * w[co // (CO // G) * (CI // G) + c, co % (CO // G), k]
+  baseline F.conv_transpose1d(x, w, stride=S, padding=P, dilation=D, groups=G)
+  tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
+  test  B in 1..2, CI in 1..12, CO in 1..12, G in 1..3, L in 1..20, K in 1..4, S in 1..3, P in 0..2, D in 1..2 where CI % G == 0, CO % G == 0, 2 * P <= (L - 1) * S + D * (K - 1)
+  bench B=16, CI=64, CO=64, G=1, L=65536, K=3, S=2, P=1, D=1, dtype=f16
 """
-EXTRA = ("bmm_nt_gate", "vecmat_mean", "conv_pad_one", "odd_epilogue", "partial_nt")
+EXTRA = ("bmm_nt_gate", "vecmat_mean", "conv_pad_one", "odd_epilogue", "partial_nt",
+         "conv2d_grouped_bias", "conv_transposed1d")
 SM90_SMEM, GFX942_SMEM = 232448, 65536
 TMA_OPS = ("matmul", "matmul_bias_relu", "partial_nt")  # plain 2-D factors, dims M, N, K
 
@@ -182,6 +204,23 @@ def test_layouts():
     assert [a.name for a in dlrm.batch] == ["b"] and all(a.virtual for a in dlrm.m + dlrm.n)
     mbr = analyze(library_op("matmul_bias_relu"))
     assert any(isinstance(n, ir.Access) and n.tensor == "bias" for n in ir.walk(mbr.epilogue))
+
+
+def test_grouped_and_guarded_convolutions_tile_by_group_with_taps_as_scalars():
+    # co // (CO // G) splits co into (group, member): the group is a batch axis, the member
+    # an N or M tile axis, and the taps (read beside a tile index) run as scalar steps
+    conv = td._plan(extra_op("conv2d_grouped_bias"))
+    assert {ax.name for ax in conv.batch} == {"co_g"}
+    assert {ax.name for ax in conv.m + conv.n} == {"co_j", "b", "oh", "ow"}
+    assert [ax.name for ax in window_axes(conv)] == ["kh", "kw"]
+    assert td.defaults(extra_op("conv2d_grouped_bias"), "cuda")["K_SCALAR"] == 2
+    # the transposed convolution's where() guard stays with its factor, as a load mask
+    convt = td._plan(extra_op("conv_transposed1d"))
+    guard = convt.a_guard if convt.a.tensor == "x" else convt.b_guard
+    assert guard is not None and [ax.name for ax in window_axes(convt)] == ["k"]
+    src = td.render(extra_op("conv_transposed1d"), {"K_SCALAR": 1})
+    assert "for step in range(0, n_t * tiles_k):" in src
+    assert "an output axis of %d is not whole groups of %d" in src
 
 
 @pytest.mark.parametrize("name", SPECS + EXTRA)
