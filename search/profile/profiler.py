@@ -59,9 +59,11 @@ def profile_source(spec: str, op_name: str, backend: str, source: str, device: s
             else:
                 profile = _cpu(job, tmp, timeout_s)
     except ProfilerUnavailable as e:
-        return Profile.unavailable(tool, device, str(e)), None
+        return _with(Profile.unavailable(tool, device, str(e)), None, None,
+                     time.monotonic() - t0), None
     except Exception as e:  # noqa: BLE001 - a failed profile is a value, never a dead search
-        return Profile.unavailable(tool, device, f"{type(e).__name__}: {e}"), None
+        return _with(Profile.unavailable(tool, device, f"{type(e).__name__}: {e}"), None, None,
+                     time.monotonic() - t0), None
     profile = _with(profile, copy_bandwidth, traffic_bytes, time.monotonic() - t0)
     return profile, diagnose(profile)
 
@@ -96,12 +98,10 @@ def _environment(device: str) -> dict:
 
 
 def _gpu(job: dict, tmp: str, timeout_s: float) -> Profile:
-    from kdsl.search.eval import device_lock
     argv, out = _argv({**job, "range": True}, tmp, "ncu")
-    # ncu replays each kernel many times: alone on the GPU, as the timed runs are
-    with device_lock.exclusive("cuda"):
-        kernels, missing = ncu.run(argv, os.path.join(tmp, "ncu.csv"), timeout_s,
-                                   _environment("cuda"))
+    # the target holds the GPU alone while ncu replays its call (target.py)
+    kernels, missing = ncu.run(argv, os.path.join(tmp, "ncu.csv"), timeout_s,
+                               _environment("cuda"))
     rep = _report(out)
     return Profile("ncu", True, device="cuda", kernels=tuple(kernels),
                    copy_bandwidth=rep.get("copy_bandwidth"), missing=missing)

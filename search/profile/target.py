@@ -10,7 +10,8 @@ counts, less a run without the loop). What it measured itself goes to the job's 
 file as JSON: the loop's time per call, the copy bandwidth and the op's traffic where asked.
 
 The candidate already passed the search's guards and checks; this process runs it alone,
-like the evaluator's candidate process, and exits.
+like the evaluator's candidate process, and exits. On a GPU it takes the host's device
+lock (``eval.device_lock``) for its bench-size calls, ncu's replays included.
 """
 from __future__ import annotations
 
@@ -63,15 +64,22 @@ def run(job: dict) -> dict:
         if device == "cuda":
             torch.cuda.synchronize()
 
+    from kdsl.search.eval import device_lock
     with torch.no_grad():
-        for _ in range(int(job.get("warmup", 2))):
-            fn(ins, outs, dict(case.sizes))
-        sync()
-        if job.get("range") and device == "cuda":
-            torch.cuda.profiler.start()
+        with device_lock.shared(device):  # the first call compiles: beside others' work
             fn(ins, outs, dict(case.sizes))
             sync()
-            torch.cuda.profiler.stop()
+        # bench-size calls, and ncu's replays of the profiled one, alone on the GPU, as
+        # the evaluations' timed runs are
+        with device_lock.exclusive(device):
+            for _ in range(int(job.get("warmup", 2)) - 1):
+                fn(ins, outs, dict(case.sizes))
+            sync()
+            if job.get("range") and device == "cuda":
+                torch.cuda.profiler.start()
+                fn(ins, outs, dict(case.sizes))
+                sync()
+                torch.cuda.profiler.stop()
         loop_s = float(job.get("loop_s", 0.0))
         if loop_s > 0:
             calls, t0 = 0, time.perf_counter()
