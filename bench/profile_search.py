@@ -19,13 +19,16 @@ cache, so a kernel both evaluate has one timing. Reported per op:
 Writes DIR/profile_search.json after every op (a killed run keeps what it finished) and
 DIR/profile_search.md; every run directory stays under DIR/runs/. Without a CUDA device
 (``--device cuda``, the default) or without ncu it stops at once with one line, exit 2.
-``--deadline-s`` starts no op after that many seconds (the rest are listed as skipped).
+``--deadline-s`` starts no op after that many seconds (the rest are listed as skipped);
+the same command again with the same --out goes on with the ops not done yet (runs cut
+short by a kill are started again).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -272,6 +275,16 @@ def _x(v) -> str:
     return f"{v:.3f}x" if isinstance(v, (int, float)) else "-"
 
 
+def earlier_rows(out: Path) -> dict:
+    """(op, seed) -> the row an earlier call of this command finished in ``out``."""
+    try:
+        doc = json.loads((out / "profile_search.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {(r["op"], r["seed"]): r for r in doc.get("rows") or ()
+            if isinstance(r, dict) and "on" in r and "op" in r and "seed" in r}
+
+
 def write(out: Path, doc: dict) -> None:
     doc["summary"] = summary_of(doc["rows"])
     tmp = out / "profile_search.json.tmp"
@@ -317,13 +330,20 @@ def run(args, ops, out: Path) -> int:
                     "versions": versions(),
                     "command": " ".join(["python", "bench/profile_search.py", *sys.argv[1:]])},
            "rows": []}
+    done = earlier_rows(out)
     with PoolExecutor(workers=args.workers) as pool:
         for path, op in ops:
             for seed in args.seed_list:
+                if (op.name, seed) in done:
+                    doc["rows"].append(done[(op.name, seed)])
+                    continue
                 if time.monotonic() - t0 > args.deadline_s:
                     doc["rows"].append({"op": op.name, "seed": seed,
                                         "skipped": f"deadline {args.deadline_s:g} s"})
                     continue
+                for half in ("off", "on"):  # a run cut short by a kill starts again
+                    shutil.rmtree(out / "runs" / f"{op.name}-s{seed}-{half}",
+                                  ignore_errors=True)
                 print(f"{PROG}: {op.name} seed {seed}: profiles off", file=sys.stderr,
                       flush=True)
                 off = search(path, op, args, seed, False, out, pool)

@@ -70,3 +70,12 @@ def test_compare_row_verdict_and_markdown(tmp_path):
     assert "| softmax | 0 | 1.900x | 2.000x | 4 | 2 | on fewer | memory-bound: x | 91% |" in md
     assert "skipped: deadline" in md and doc["summary"]["on_fewer"] == 1
     assert (tmp_path / "profile_search.json").is_file()
+
+
+def test_a_second_call_keeps_the_finished_rows(tmp_path):
+    import json
+    doc = {"rows": [{"op": "softmax", "seed": 0, "on": {}, "off": {}},
+                    {"op": "matmul", "seed": 0, "skipped": "deadline 1 s"}]}
+    (tmp_path / "profile_search.json").write_text(json.dumps(doc))
+    assert set(profile_search.earlier_rows(tmp_path)) == {("softmax", 0)}
+    assert profile_search.earlier_rows(tmp_path / "none") == {}

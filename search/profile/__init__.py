@@ -20,7 +20,7 @@ missing or may not read counters gives a profile that says so, in one line.
     loop.py      a search's profiles: new bests, the end's top K, early stop
     command.py   ``kdsl profile``
 """
-from .diagnose import Diagnosis, diagnose  # noqa: E402
+from .diagnose import Diagnosis, diagnose
 from .record import KernelMetrics, Profile
 
 __all__ = ["Diagnosis", "KernelMetrics", "Profile", "diagnose"]

@@ -21,7 +21,7 @@ from .record import KernelMetrics, ProfilerUnavailable
 FLAGS = ("--csv", "--page", "raw", "--print-units", "base", "--profile-from-start", "off",
          "--clock-control", "none", "--target-processes", "all")
 SEARCH_PATHS = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu")
-RETRIES = 2  # runs again without the metrics an ncu did not know, at most this many times
+RETRIES = 4  # runs again without the metrics an ncu did not know, at most this many times
 
 
 def find() -> str | None:
