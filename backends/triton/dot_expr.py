@@ -111,10 +111,20 @@ class TileScope:
                 continue
             terms.append((self.idx(a.subscripts[p]), self.idx(shape[p])))
             p += 1
-        code = None
-        for sub, extent in terms:
-            code = sub if code is None else f"({code}) * {extent} + {sub}"
-        return code or "0"
+        kinds = [broadcast_kind(sub) for sub, _ in terms]
+        if not _mixes_before_last(kinds):
+            code = None
+            for sub, extent in terms:
+                code = sub if code is None else f"({code}) * {extent} + {sub}"
+            return code or "0"
+        # a row index before a column one (a conv's channel before its window): Horner's
+        # form would multiply whole tiles; each term scaled by its stride and summed by
+        # broadcast kind adds a column vector to a row vector, once
+        parts = []
+        for p, (sub, _) in enumerate(terms):
+            stride = " * ".join(ext for _, ext in terms[p + 1:])
+            parts.append((kinds[p], f"{sub} * ({stride})" if stride else sub))
+        return join_by_kind(parts, "+")
 
     def _run_at(self, a: ir.Access, shape, p: int):
         for run in self.runs:
@@ -233,6 +243,33 @@ class TileScope:
             a, b = (_f32(v) if kind == "float" else v.code for v in args[1:])
             return Val(f"tl.where({_bool(args[0])}, {a}, {b})", kind)
         raise AssertionError(f"unsupported builtin {fn}")
+
+
+def broadcast_kind(code: str) -> str:
+    """Which tile axes an index expression's code varies along: 'r' (rows), 'c' (columns),
+    'rc' (both) or 's' (a scalar), read from the lane vectors it names."""
+    rows, cols = "[:, None]" in code, "[None, :]" in code
+    return "rc" if rows and cols else "r" if rows else "c" if cols else "s"
+
+
+def join_by_kind(parts: list[tuple[str, str]], op: str) -> str:
+    """``parts`` (kind, code) joined by ``op``, scalars and rows first, then columns, then
+    terms of both, each group in parentheses: one whole-tile operation a group boundary
+    rather than one a term."""
+    groups = []
+    for kinds in (("s", "r"), ("c",), ("rc",)):
+        codes = [c for k, c in parts if k in kinds]
+        if codes:
+            groups.append(codes[0] if len(codes) == 1 else "(" + f" {op} ".join(codes) + ")")
+    return f" {op} ".join(groups)
+
+
+def _mixes_before_last(kinds: list[str]) -> bool:
+    """Would Horner's form carry a value varying along both tile axes into a multiply?"""
+    seen = set()
+    for k in kinds[:-1]:
+        seen |= set(k) - {"s"}
+    return seen >= {"r", "c"}
 
 
 def _literal(v) -> Val:

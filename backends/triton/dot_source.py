@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from kdsl import ir
 
-from kdsl.backends.triton.dot_expr import HELPERS, Run, TileScope
+from kdsl.backends.triton.dot_expr import HELPERS, Run, TileScope, broadcast_kind, join_by_kind
 from kdsl.backends.triton.dot_plan import Axis, Contraction
 
 
@@ -347,7 +347,7 @@ def _rename(e: ir.Expr, names: dict[str, ir.Expr]) -> ir.Expr:
 def _load(var: str, ptr: str, mask: list[str]) -> str:
     if not mask:
         return f"{var} = tl.load({ptr})"
-    code = " & ".join(mask)
+    code = join_by_kind([(broadcast_kind(t), t) for t in mask], "&")
     if any("[" not in t for t in mask) and any("[" in t for t in mask):
         # a scalar term (a tap's row in range) beside tile terms: the interpreter's & of
         # a 0-d and a 2-d bool gives int32, which its load refuses; != 0 makes it bool
