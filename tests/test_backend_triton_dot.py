@@ -218,9 +218,14 @@ def test_grouped_and_guarded_convolutions_tile_by_group_with_taps_as_scalars():
     convt = td._plan(extra_op("conv_transposed1d"))
     guard = convt.a_guard if convt.a.tensor == "x" else convt.b_guard
     assert guard is not None and [ax.name for ax in window_axes(convt)] == ["k"]
-    src = td.render(extra_op("conv_transposed1d"), {"K_SCALAR": 1})
+    src = td.render(extra_op("conv_transposed1d"), {"K_SCALAR": 1, "PHASES": 0})
     assert "for step in range(0, n_t * tiles_k):" in src
     assert "an output axis of %d is not whole groups of %d" in src
+    # with phases the tile walks one residue of o mod S and the loop only the taps that
+    # meet it; the guard's term is dropped from the mask
+    src = td.render(extra_op("conv_transposed1d"), {"K_SCALAR": 1, "PHASES": 1, "FLATTEN": 0})
+    assert "for step in range(0, count_k * tiles_k):" in src
+    assert "ph_r = (pid_n * BLOCK_N) // ph_t" in src and "% d_S == 0" not in src
 
 
 @pytest.mark.parametrize("name", SPECS + EXTRA)

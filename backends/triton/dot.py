@@ -18,6 +18,7 @@ from kdsl.sizes import evaluate
 
 from kdsl.backends.base import Gene, Genome, Unsupported
 from kdsl.backends.lower.groups import split_groups
+from kdsl.backends.triton import dot_phases
 from kdsl.backends.triton.dot_plan import Contraction, NotAContraction, analyze
 from kdsl.backends.triton.dot_source import k_split, render_module, split_axes, tma_layout, window_axes
 
@@ -70,6 +71,9 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
         out.append(Gene("K_SCALAR", tuple(range(len(window_axes(plan)) + 1)), ordered=True,
                         doc="window (tap) axes run as scalars in an outer loop, outermost "
                             "first; the rest of the reduction is tiled by BLOCK_K"))
+    if plan.a_guard is not None or plan.b_guard is not None:
+        out.append(Gene("PHASES", (0, 1), doc="1: a stride guard's taps enumerated per "
+                        "phase (only the taps that count); 0: every tap, masked"))
     if tma_layout(plan):
         out.append(Gene("TMA", (0, 1), doc="1: both factors' tiles by tensor descriptors "
                                            "(the copy engine; zero fill past the edges) "
@@ -90,6 +94,8 @@ def defaults(op: ir.Op, device: str) -> Genome:
         g["F32_DOT"] = "ieee"
     if tma_layout(plan):
         g["TMA"] = 0  # the pointer loads, but on the tile where TMA was timed (below)
+    if plan.a_guard is not None or plan.b_guard is not None:
+        g["PHASES"] = 1
     windows = window_axes(plan)
     if windows:
         # as many taps scalar as leave a reduction tile of at least 16 (tl.dot's least K)
@@ -99,6 +105,8 @@ def defaults(op: ir.Op, device: str) -> Genome:
     if len(plan.m) > 1 or len(plan.n) > 1:
         inner = [_extent(axes[-1:], sizes) for axes in (plan.m, plan.n) if len(axes) > 1]
         g["FLATTEN"] = int(min(inner) < 128)
+        if g["FLATTEN"] and _strided_phases(plan, g, sizes):
+            g["FLATTEN"] = 0  # a stride's phases need one tile axis: S**d fewer taps walked
     batch, m, n = split_axes(plan, bool(g.get("FLATTEN", 1)))
     M, N = _extent(m, sizes), _extent(n, sizes)
     K = _extent(k_split(plan, g.get("K_SCALAR", 0))[1], sizes)  # one step's reduction
@@ -154,6 +162,16 @@ def render(op: ir.Op, genome: Genome) -> str:
         full[key] = max(1, int(full[key]))
     split = split_groups(op)
     return render_module(split.op, plan, full, split.exact)
+
+
+def _strided_phases(plan: Contraction, g: Genome, sizes) -> bool:
+    """Would the unflattened tile walk a stride's phases, with a stride above 1 here?"""
+    batch, _, n = split_axes(plan, False)
+    found = dot_phases.find(plan, batch, n, k_split(plan, g.get("K_SCALAR", 0))[0])
+    try:
+        return any(evaluate(p.s, sizes) > 1 for p in found)
+    except Exception:
+        return False
 
 
 def _shifted(plan: Contraction) -> bool:

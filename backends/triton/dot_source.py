@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from kdsl import ir
 
+from kdsl.backends.triton import dot_phases
 from kdsl.backends.triton.dot_expr import HELPERS, Run, TileScope, broadcast_kind, join_by_kind
 from kdsl.backends.triton.dot_plan import Axis, Contraction
 
@@ -101,11 +102,12 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=()) -> str:
     helpers: set[str] = set()
     tma = tma_layout(plan)
     k_outer, k_inner = k_split(plan, int(genome.get("K_SCALAR", 0)))
+    phases = dot_phases.find(plan, batch, n, k_outer) if genome.get("PHASES", 1) else []
     body = _kernel_body(op, plan, batch, m, n, helpers, tma, genome.get("F32_DOT", "ieee"),
-                        k_outer, k_inner)
+                        k_outer, k_inner, phases)
     ptrs = [f"t_{t}" for t in tensors(plan)] + (["desc_a", "desc_b"] if tma else [])
     dims = [f"d_{d}" for d in op.dims]
-    params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k", "n_t"] + [
+    params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k", "n_t", "ph_t"] + [
         f"{c}: tl.constexpr" for c in
         ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "IDX64", "IEEE", "SHARE",
          "F32_PREC")
@@ -114,7 +116,8 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=()) -> str:
     parts = [_HEADER.format(op=op.name) + (_TMA_IMPORT if tma else "")]
     parts += [HELPERS[h] for h in sorted(helpers)]
     parts.append("@triton.jit\n" + sig + "\n" + "\n".join("    " + ln if ln else "" for ln in body))
-    parts.append(_launcher(op, plan, batch, m, n, name, genome, tma, exact, k_outer, k_inner))
+    parts.append(_launcher(op, plan, batch, m, n, name, genome, tma, exact, k_outer, k_inner,
+                           phases))
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
@@ -169,23 +172,35 @@ def _dot(f32: str) -> list[str]:
 
 
 def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
-                 f32: str = "ieee", k_outer=(), k_inner=None) -> list[str]:
+                 f32: str = "ieee", k_outer=(), k_inner=None, phases=()) -> list[str]:
     dims = TileScope(op, {}, helpers=helpers)
     body = list(_PROLOGUE)
     body += _decompose("pid_b", batch, dims) + _decompose("flat_m", m, dims)
-    body += _decompose("flat_n", n, dims)
+    tiled = dot_phases.tiled(list(phases))
+    run_n = _run(n, "flat_n[None, :]", "n_n")
+    if tiled is None:
+        body += _decompose("flat_n", n, dims)
+    else:
+        # the tile's lanes walk one stride phase: o = t * S + r, r fixed for the program
+        o, extent, s = n[0].name, dims.idx(n[0].extent), dims.idx(tiled.s)
+        body += ["ph_r = (pid_n * BLOCK_N) // ph_t",
+                 f"i_{o} = (flat_n % ph_t) * {s} + ph_r",
+                 f"ok_n = ok_n & (i_{o} < {extent})",
+                 f"i_{o} = tl.minimum(i_{o}, {extent} - 1)"]
+        run_n = Run((), (), "flat_n[None, :]", "n_n")
     scalar = {ax.name: f"i_{ax.name}" for ax in batch}
     rows = {ax.name: f"i_{ax.name}[:, None]" for ax in m}
     cols = {ax.name: f"i_{ax.name}[None, :]" for ax in n}
-    run_m, run_n = _run(m, "flat_m[:, None]", "n_m"), _run(n, "flat_n[None, :]", "n_n")
+    run_m = _run(m, "flat_m[:, None]", "n_m")
     body += _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma, f32,
-                    list(k_outer), list(plan.k if k_inner is None else k_inner))
+                    list(k_outer), list(plan.k if k_inner is None else k_inner),
+                    list(phases))
     out = TileScope(op, {**scalar, **rows, **cols}, helpers=helpers, runs=(run_m, run_n))
     return body + _epilogue(plan, m, n, out)
 
 
 def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpers,
-            tma=None, f32: str = "ieee", k_outer=(), k_inner=()) -> list[str]:
+            tma=None, f32: str = "ieee", k_outer=(), k_inner=(), phases=()) -> list[str]:
     taps = {ax.name: f"i_{ax.name}" for ax in k_outer}
     k_cols = {ax.name: f"i_{ax.name}[None, :]" for ax in k_inner}
     k_rows = {ax.name: f"i_{ax.name}[:, None]" for ax in k_inner}
@@ -195,16 +210,19 @@ def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpe
                         runs=(run_n, _run(k_inner, "lane_k[:, None]", "n_k")))
     every = plan.batch + plan.m + plan.n + plan.k
     inner = []
+    walked = dot_phases.counted_axes(phases, list(k_outer))
+    counts = {f"count_{p.tap}": f"count_{p.tap}" for p in phases}
     if k_outer:
         # one flat loop over (tap, K block) pairs keeps a single loop for the pipeliner
         inner += ["tap = step // tiles_k", "k0 = (step % tiles_k) * BLOCK_K"]
-        inner += _decompose("tap", k_outer, TileScope(op, {}, helpers=helpers))
+        inner += _decompose("tap", walked, TileScope(op, counts, helpers=helpers))
+        inner += dot_phases.tap_values(phases)
     inner += ["lane_k = k0 + tl.arange(0, BLOCK_K)", "if IDX64:", "    lane_k = lane_k.to(tl.int64)"]
     inner += _decompose("lane_k", k_inner, TileScope(op, {}, helpers=helpers))
     a_ptr, a_inside, a_pad = _operand(plan.a, a_scope, m, plan.k, ("BLOCK_M", "BLOCK_K"), every)
     b_ptr, b_inside, b_pad = _operand(plan.b, b_scope, plan.k, n, ("BLOCK_K", "BLOCK_N"), every)
-    a_guard = _guard(plan.a_guard, a_scope)
-    b_guard = _guard(plan.b_guard, b_scope)
+    a_guard = _guard(dot_phases.without(plan.a_guard, phases), a_scope)
+    b_guard = _guard(dot_phases.without(plan.b_guard, phases), b_scope)
     inner += _loads("a", a_ptr, a_inside, a_pad, "[None, :]", a_guard)
     b_lines = _loads("b", b_ptr, b_inside, b_pad, "[:, None]", b_guard)
     if _self_transposed(plan, m, n):
@@ -217,7 +235,13 @@ def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpe
         inner = _tma_loads(*tma) + ["else:"] + ["    " + ln for ln in inner]
     inner += _dot(f32)
     head = ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"]
-    if k_outer:
+    if phases:
+        scope = TileScope(op, {**scalar, **counts}, helpers=helpers)
+        head += dot_phases.tap_lines(phases, list(k_outer), scope)
+        taps_n = " * ".join(scope.idx(ax.extent) for ax in walked)
+        head += ["tiles_k = tl.cdiv(n_k, BLOCK_K)",
+                 f"for step in range(0, {taps_n} * tiles_k):"]
+    elif k_outer:
         head += ["tiles_k = tl.cdiv(n_k, BLOCK_K)", "for step in range(0, n_t * tiles_k):"]
     else:
         head += ["for k0 in range(0, n_k, BLOCK_K):"]
@@ -376,7 +400,7 @@ def _product(axes) -> str:
 
 
 def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=None,
-              exact=(), k_outer=(), k_inner=None) -> str:
+              exact=(), k_outer=(), k_inner=None, phases=()) -> str:
     names = tensors(plan)
     ins = [t for t in names if t != plan.target]
     a, b = plan.a.tensor, plan.b.tensor
@@ -398,7 +422,9 @@ def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=N
         ins=", ".join(f'"{t}"' for t in ins), target=plan.target, a=a, cast=cast,
         f32=genome.get("F32_DOT", "ieee"),
         args=args, descs=descs, exact="".join(_EXACT.format(
-            ext=_host(ext), block=_host(block)) for ext, block in exact))
+            ext=_host(ext), block=_host(block)) for ext, block in exact)
+        + dot_phases.strides_checked(list(phases), _host),
+        phase=_phase_fit(dot_phases.tiled(list(phases))))
 
 
 _HEADER = '''"""Generated by kdsl (backends/triton/dot.py) for op {op}: a contraction as a tl.dot GEMM."""
@@ -472,10 +498,10 @@ def configure(sizes, itemsize, smem=SMEM_DEFAULT, idx64=False, ieee=False):
     if n_b <= 0 or n_m <= 0 or n_n <= 0:
         return None
     bm, bn, bk, stages = fit(n_m, n_n, n_k, itemsize, smem)
-    grid = (n_b * triton.cdiv(n_m, bm) * triton.cdiv(n_n, bn),)
+{phase}    grid = (n_b * triton.cdiv(n_m, bm) * triton.cdiv(n_n, bn),)
     scalars = [("d_" + d, int(sizes[d])) for d in DIMS]
     scalars += [("n_b", n_b), ("n_m", n_m), ("n_n", n_n), ("n_k", max(n_k, 0)),
-                ("n_t", max(n_t, 0))]
+                ("n_t", max(n_t, 0)), ("ph_t", ph_t)]
     constexprs = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GENOME["GROUP_M"],
                       F32_PREC=F32_PREC,
                       EVEN_K=n_k % bk == 0, IDX64=idx64, IEEE=ieee,
@@ -506,6 +532,17 @@ def kernel(inputs, outputs, sizes):
     if dst is not out:
         out.copy_(dst)
 '''
+
+def _phase_fit(tiled) -> str:
+    """Launcher lines: N lanes for a tile axis walked phase by phase, each phase padded to
+    whole tiles so that no tile spans two (ph_t lanes a phase)."""
+    if tiled is None:
+        return "    ph_t = 0\n"
+    s = _host(tiled.s)
+    return (f"    bn = min(bn, max(16, _pow2(triton.cdiv(n_n, {s}))))  # a phase's extent\n"
+            f"    ph_t = triton.cdiv(triton.cdiv(n_n, {s}), bn) * bn\n"
+            f"    n_n = {s} * ph_t\n")
+
 
 _EXACT = """    if {block} <= 0 or {ext} % {block} != 0:  # the output is viewed split in groups
         raise ValueError("an output axis of %d is not whole groups of %d" % ({ext}, {block}))
