@@ -41,6 +41,7 @@ CAPS = {
     "dlrm_interaction": dict(B=3, F=40, D=48, P=780),
 }
 RAGGED = {
+    "conv_transposed1d": dict(B=2, CI=6, CO=9, G=3, L=11, K=4, S=3, P=2, D=2),
     "matmul": dict(M=37, N=19, K=45),
     "matmul_bias_relu": dict(M=37, N=19, K=45),
     "conv1d": dict(B=2, CI=7, CO=19, L=37, KW=5, P=2, LO=37),
@@ -226,6 +227,10 @@ def test_grouped_and_guarded_convolutions_tile_by_group_with_taps_as_scalars():
     src = td.render(extra_op("conv_transposed1d"), {"K_SCALAR": 1, "PHASES": 1, "FLATTEN": 0})
     assert "for step in range(0, count_k * tiles_k):" in src
     assert "ph_r = (pid_n * BLOCK_N) // ph_t" in src and "% d_S == 0" not in src
+    # SWAP puts the positions on M: the phases walk M's lanes then
+    src = td.render(extra_op("conv_transposed1d"),
+                    {"K_SCALAR": 1, "PHASES": 1, "FLATTEN": 0, "SWAP": 1})
+    assert "ph_r = (pid_m * BLOCK_M) // ph_t" in src
 
 
 @pytest.mark.parametrize("name", SPECS + EXTRA)
@@ -275,6 +280,11 @@ def interp_jobs() -> list[dict]:
                 # int64 offsets, and strided tensors (inputs copied, the output written back)
                 jobs.append(dict(op=name, label=label, genome=g, sizes=RAGGED[name],
                                  dtype="f32", seed=seed, idx64=True, strided=True))
+        if name == "conv_transposed1d":  # positions on M, the stride phases walking M
+            g = dict(td.defaults(op, "cuda"), SWAP=1, FLATTEN=0, K_SCALAR=1, PHASES=1)
+            for dt in ("f32", "f16"):
+                jobs.append(dict(op=name, label="swap", genome=g, sizes=RAGGED[name], dtype=dt,
+                                 seed=len(jobs)))
         if name in TMA_OPS:
             # the TMA gene: rows of 16-byte multiples (descriptors) with M, N and K tails,
             # and a K whose f32 rows are not (the pointer loads again); partial_nt reads B

@@ -19,7 +19,7 @@ from kdsl.sizes import evaluate
 from kdsl.backends.base import Gene, Genome, Unsupported
 from kdsl.backends.lower.groups import split_groups
 from kdsl.backends.triton import dot_phases
-from kdsl.backends.triton.dot_plan import Contraction, NotAContraction, analyze
+from kdsl.backends.triton.dot_plan import Contraction, NotAContraction, analyze, swapped
 from kdsl.backends.triton.dot_source import k_split, render_module, split_axes, tma_layout, window_axes
 
 WIDE_TILES = (16, 32, 64, 128, 256)
@@ -71,6 +71,10 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
         out.append(Gene("K_SCALAR", tuple(range(len(window_axes(plan)) + 1)), ordered=True,
                         doc="window (tap) axes run as scalars in an outer loop, outermost "
                             "first; the rest of the reduction is tiled by BLOCK_K"))
+    if _swappable(plan):
+        out.append(Gene("SWAP", (0, 1), doc="1: the factors' roles exchanged (the output's "
+                        "contiguous axis on M), for an N side too narrow for the tensor "
+                        "cores' wide tiles"))
     if plan.a_guard is not None or plan.b_guard is not None:
         out.append(Gene("PHASES", (0, 1), doc="1: a stride guard's taps enumerated per "
                         "phase (only the taps that count); 0: every tap, masked"))
@@ -90,6 +94,12 @@ def defaults(op: ir.Op, device: str) -> Genome:
     plan = _plan(op)
     sizes = _bench_sizes(op, device)
     g: Genome = {}
+    if _swappable(plan):
+        # Hopper's warpgroup MMA wants 64 rows a tile; a convolution with few output
+        # channels (M) and many positions (N) reads better the other way round
+        wide = [_extent(axes, sizes) for axes in (plan.m, plan.n)]
+        g["SWAP"] = int(wide[0] < 64 <= wide[1])
+        plan = oriented(plan, g)
     if "f32" in op.dtype_choices:
         g["F32_DOT"] = "ieee"
     if tma_layout(plan):
@@ -145,6 +155,13 @@ def defaults(op: ir.Op, device: str) -> Genome:
         bn = min(max(16, _pow2(N)), 128)
         g.update(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=min(max(16, _pow2(K)), 64),
                  GROUP_M=8, num_warps=8 if bm * bn >= 128 * 128 else 4, num_stages=3)
+    if _bench_dtype(op, device) == "f32" and not plan.pairs:
+        # split f32 operands double the registers a product takes: at 4 warps a 64x128,
+        # 128x64 or 128x16 tile spilled 2-18 registers (sm_90 compiles of KernelBench's
+        # convolutions, tf32x3; 48-354 with BLOCK_K 64), at 8 warps and BLOCK_K 32 none
+        g["BLOCK_K"] = min(g["BLOCK_K"], 32)
+        if g["BLOCK_M"] * g["BLOCK_N"] >= 64 * 128 or max(g["BLOCK_M"], g["BLOCK_N"]) >= 128:
+            g["num_warps"] = 8
     if "F32_DOT" in g and _bench_dtype(op, device) == "f32":
         # f32 operands as three TF32 tensor-core products of their split halves (about
         # f32's accuracy; H200, f32 4096^3: 4.00 ms against 6.92 by fused multiply-adds)
@@ -153,8 +170,8 @@ def defaults(op: ir.Op, device: str) -> Genome:
 
 
 def render(op: ir.Op, genome: Genome) -> str:
-    plan = _plan(op)
     full = {**defaults(op, "cuda"), **genome}
+    plan = oriented(_plan(op), full)
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         full[key] = _floor_pow2(max(16, int(full[key])))
     full["num_warps"] = _floor_pow2(max(1, int(full["num_warps"])))
@@ -164,10 +181,20 @@ def render(op: ir.Op, genome: Genome) -> str:
     return render_module(split.op, plan, full, split.exact)
 
 
+def _swappable(plan: Contraction) -> bool:
+    """Plans whose orientation the genome may choose: plain ones, with rows and columns
+    (not a gram tile's pairs, nor the descriptors' fixed layouts)."""
+    return bool(plan.m and plan.n) and not plan.pairs and not tma_layout(plan)
+
+
+def oriented(plan: Contraction, genome: Genome) -> Contraction:
+    return swapped(plan) if genome.get("SWAP") and _swappable(plan) else plan
+
+
 def _strided_phases(plan: Contraction, g: Genome, sizes) -> bool:
     """Would the unflattened tile walk a stride's phases, with a stride above 1 here?"""
-    batch, _, n = split_axes(plan, False)
-    found = dot_phases.find(plan, batch, n, k_split(plan, g.get("K_SCALAR", 0))[0])
+    batch, m, n = split_axes(plan, False)
+    found = dot_phases.find(plan, batch, m, n, k_split(plan, g.get("K_SCALAR", 0))[0])
     try:
         return any(evaluate(p.s, sizes) > 1 for p in found)
     except Exception:

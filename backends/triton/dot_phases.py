@@ -27,20 +27,25 @@ class Phase:
     d: ir.Expr  # k's coefficient is -d
     c: ir.Expr  # what else the residue adds
     s: ir.Expr  # the stride S
-    tiled: bool  # o is the tile's N axis (enumerated phase by phase), not a scalar
+    side: str  # 'm' or 'n': o is that side's one tile axis (walked phase by phase); '': a scalar
     conjunct: ir.Expr  # the guard's term this phase makes always true
 
+    @property
+    def tiled(self) -> bool:
+        return bool(self.side)
 
-def find(plan: Contraction, batch, n, k_outer) -> list[Phase]:
+
+def find(plan: Contraction, batch, m, n, k_outer) -> list[Phase]:
     """The guard terms whose taps can be enumerated, at most one a tap; a tiled one only
-    when ``o`` is the only N axis."""
+    when ``o`` is the only axis of its side."""
     scalars = {ax.name for ax in batch}
     taps = {ax.name for ax in k_outer if ax.lo == ir.Num(0)}
-    tile = n[0].name if len(n) == 1 and n[0].lo == ir.Num(0) else None
+    tiles = {axes[0].name: side for side, axes in (("m", m), ("n", n))
+             if len(axes) == 1 and axes[0].lo == ir.Num(0)}
     found, used = [], set()
     for guard in (plan.a_guard, plan.b_guard):
         for term in _conjuncts(guard):
-            ph = _phase(term, scalars | ({tile} if tile else set()), taps, tile)
+            ph = _phase(term, scalars | set(tiles), taps, tiles)
             if ph is not None and ph.tap not in used and not (ph.tiled and
                                                                any(f.tiled for f in found)):
                 found.append(ph)
@@ -69,7 +74,7 @@ def tap_lines(phases: list[Phase], k_outer: list[Axis], scope) -> list[str]:
     extent = {ax.name: scope.idx(ax.extent) for ax in k_outer}
     for p in phases:
         k, d, s = p.tap, f"({scope.idx(p.d)})", f"({scope.idx(p.s)})"
-        residue = "ph_r" if p.tiled else scope.index[p.out]
+        residue = "ph_r" if p.tiled else scope.index[p.out]  # o's residue is the program's
         out += [f"# the taps of {k} that meet the stride: first_{k} + j * step_{k}",
                 f"step_{k} = 1",
                 f"while (step_{k} * {d}) % {s} != 0:",
@@ -111,7 +116,7 @@ def _conjuncts(e: ir.Expr | None) -> list[ir.Expr]:
     return [e]
 
 
-def _phase(term, outs: set[str], taps: set[str], tile: str | None) -> Phase | None:
+def _phase(term, outs: set[str], taps: set[str], tiles: dict[str, str]) -> Phase | None:
     if not (isinstance(term, ir.Binary) and term.op == "==" and term.right == ir.Num(0)
             and isinstance(term.left, ir.Binary) and term.left.op == "%"):
         return None
@@ -127,7 +132,7 @@ def _phase(term, outs: set[str], taps: set[str], tile: str | None) -> Phase | No
     if len(o) != 1 or len(k) != 1 or len(coef) != 2 or coef[o[0]] != ir.Num(1):
         return None
     d = _neg(coef[k[0]])
-    return Phase(o[0], k[0], d, rest, s, o[0] == tile, term)
+    return Phase(o[0], k[0], d, rest, s, tiles.get(o[0], ""), term)
 
 
 def _linear(e: ir.Expr, names: set[str]):

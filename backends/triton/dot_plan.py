@@ -150,6 +150,11 @@ def _orient(plan: Contraction) -> Contraction:
     name = pair.col if pair else last
     if plan.side(name) != "m":
         return plan
+    return swapped(plan)
+
+
+def swapped(plan: Contraction) -> Contraction:
+    """The same contraction with the factors' roles exchanged: M for N."""
     return replace(plan, a=plan.b, b=plan.a, m=plan.n, n=plan.m,
                    a_guard=plan.b_guard, b_guard=plan.a_guard)
 

@@ -102,7 +102,7 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=()) -> str:
     helpers: set[str] = set()
     tma = tma_layout(plan)
     k_outer, k_inner = k_split(plan, int(genome.get("K_SCALAR", 0)))
-    phases = dot_phases.find(plan, batch, n, k_outer) if genome.get("PHASES", 1) else []
+    phases = dot_phases.find(plan, batch, m, n, k_outer) if genome.get("PHASES", 1) else []
     body = _kernel_body(op, plan, batch, m, n, helpers, tma, genome.get("F32_DOT", "ieee"),
                         k_outer, k_inner, phases)
     ptrs = [f"t_{t}" for t in tensors(plan)] + (["desc_a", "desc_b"] if tma else [])
@@ -175,23 +175,25 @@ def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
                  f32: str = "ieee", k_outer=(), k_inner=None, phases=()) -> list[str]:
     dims = TileScope(op, {}, helpers=helpers)
     body = list(_PROLOGUE)
-    body += _decompose("pid_b", batch, dims) + _decompose("flat_m", m, dims)
+    body += _decompose("pid_b", batch, dims)
     tiled = dot_phases.tiled(list(phases))
-    run_n = _run(n, "flat_n[None, :]", "n_n")
-    if tiled is None:
-        body += _decompose("flat_n", n, dims)
-    else:
+    runs = {"m": _run(m, "flat_m[:, None]", "n_m"), "n": _run(n, "flat_n[None, :]", "n_n")}
+    for side, axes in (("m", m), ("n", n)):
+        if tiled is None or tiled.side != side:
+            body += _decompose(f"flat_{side}", axes, dims)
+            continue
         # the tile's lanes walk one stride phase: o = t * S + r, r fixed for the program
-        o, extent, s = n[0].name, dims.idx(n[0].extent), dims.idx(tiled.s)
-        body += ["ph_r = (pid_n * BLOCK_N) // ph_t",
-                 f"i_{o} = (flat_n % ph_t) * {s} + ph_r",
-                 f"ok_n = ok_n & (i_{o} < {extent})",
+        o, extent, s = axes[0].name, dims.idx(axes[0].extent), dims.idx(tiled.s)
+        block = "BLOCK_M" if side == "m" else "BLOCK_N"
+        body += [f"ph_r = (pid_{side} * {block}) // ph_t",
+                 f"i_{o} = (flat_{side} % ph_t) * {s} + ph_r",
+                 f"ok_{side} = ok_{side} & (i_{o} < {extent})",
                  f"i_{o} = tl.minimum(i_{o}, {extent} - 1)"]
-        run_n = Run((), (), "flat_n[None, :]", "n_n")
+        runs[side] = Run((), (), runs[side].flat, runs[side].extent)
+    run_m, run_n = runs["m"], runs["n"]
     scalar = {ax.name: f"i_{ax.name}" for ax in batch}
     rows = {ax.name: f"i_{ax.name}[:, None]" for ax in m}
     cols = {ax.name: f"i_{ax.name}[None, :]" for ax in n}
-    run_m = _run(m, "flat_m[:, None]", "n_m")
     body += _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma, f32,
                     list(k_outer), list(plan.k if k_inner is None else k_inner),
                     list(phases))
@@ -538,10 +540,10 @@ def _phase_fit(tiled) -> str:
     whole tiles so that no tile spans two (ph_t lanes a phase)."""
     if tiled is None:
         return "    ph_t = 0\n"
-    s = _host(tiled.s)
-    return (f"    bn = min(bn, max(16, _pow2(triton.cdiv(n_n, {s}))))  # a phase's extent\n"
-            f"    ph_t = triton.cdiv(triton.cdiv(n_n, {s}), bn) * bn\n"
-            f"    n_n = {s} * ph_t\n")
+    s, b, n = _host(tiled.s), f"b{tiled.side}", f"n_{tiled.side}"
+    return (f"    {b} = min({b}, max(16, _pow2(triton.cdiv({n}, {s}))))  # a phase's extent\n"
+            f"    ph_t = triton.cdiv(triton.cdiv({n}, {s}), {b}) * {b}\n"
+            f"    {n} = {s} * ph_t\n")
 
 
 _EXACT = """    if {block} <= 0 or {ext} % {block} != 0:  # the output is viewed split in groups
