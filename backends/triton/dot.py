@@ -155,10 +155,11 @@ def defaults(op: ir.Op, device: str) -> Genome:
         bn = min(max(16, _pow2(N)), 128)
         g.update(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=min(max(16, _pow2(K)), 64),
                  GROUP_M=8, num_warps=8 if bm * bn >= 128 * 128 else 4, num_stages=3)
-    if _bench_dtype(op, device) == "f32" and not plan.pairs:
-        # split f32 operands double the registers a product takes: at 4 warps a 64x128,
-        # 128x64 or 128x16 tile spilled 2-18 registers (sm_90 compiles of KernelBench's
-        # convolutions, tf32x3; 48-354 with BLOCK_K 64), at 8 warps and BLOCK_K 32 none
+    if _bench_dtype(op, device) == "f32" and windows:
+        # split f32 operands double the registers a product takes, and a window's tile
+        # holds its addresses and bounds too: at 4 warps a 64x128, 128x64 or 128x16 tile
+        # spilled 2-18 registers (sm_90 compiles of KernelBench's convolutions, tf32x3;
+        # 48-354 with BLOCK_K 64), at 8 warps and BLOCK_K 32 none
         g["BLOCK_K"] = min(g["BLOCK_K"], 32)
         if g["BLOCK_M"] * g["BLOCK_N"] >= 64 * 128 or max(g["BLOCK_M"], g["BLOCK_N"]) >= 128:
             g["num_warps"] = 8
