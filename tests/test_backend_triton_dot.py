@@ -233,6 +233,28 @@ def test_grouped_and_guarded_convolutions_tile_by_group_with_taps_as_scalars():
     assert "ph_r = (pid_m * BLOCK_M) // ph_t" in src
 
 
+def test_groups_split_only_where_the_spec_says_the_block_divides():
+    spec = """op grouped
+  dims M, N, K, E
+  in  a: f32 [M, K]
+  in  b: like a [K, N]
+  out y: like a [M, N]
+  y[i, j] = sum(k) a[i // E, k] * b[k, j]
+  baseline a[torch.arange(M) // E] @ b
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test M in 1..8, N in 1..8, K in 1..8, E in 1..3{cond}
+  bench M=64, N=64, K=64, E=2, dtype=f32
+"""
+    loose = td._plan(parse_text(spec.format(cond="")).ops[0])
+    assert [ax.name for ax in loose.m + loose.n + loose.batch] and \
+        not any(ax.name.startswith("i_") for ax in loose.m + loose.n + loose.batch)
+    src = td.render(parse_text(spec.format(cond="")).ops[0], {})
+    assert "not whole groups" not in src  # i stays whole: any M works
+    # with `where M % E == 0` the spec says E divides M: i splits into (group, member)
+    assert "not whole groups" in td.render(
+        parse_text(spec.format(cond=" where M % E == 0")).ops[0], {})
+
+
 @pytest.mark.parametrize("name", SPECS + EXTRA)
 def test_genes_and_defaults(name):
     op = find_op(name)

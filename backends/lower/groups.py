@@ -28,8 +28,11 @@ class Split:
     exact: tuple[tuple[ir.Expr, ir.Expr], ...]
 
 
-def split_groups(op: ir.Op) -> Split:
-    """``op`` with each grouped output axis split; ``op`` itself when none is."""
+def split_groups(op: ir.Op, proven: bool = False) -> Split:
+    """``op`` with each grouped output axis split; ``op`` itself when none is. With
+    ``proven``, only axes whose block divides the extent by the spec's own word: the extent
+    a multiple of the block as written, or ``A // B`` blocks of ``A`` with ``A % B == 0``
+    among the spec's conditions (a generator without a kernel for the uneven case asks)."""
     if len(op.statements) != 1:
         return Split(op, ())
     st = op.statements[0]
@@ -42,7 +45,7 @@ def split_groups(op: ir.Op) -> Split:
     while pos < len(indices):
         name = indices[pos]
         block = _group_block(value, name, op.dims)
-        if block is None:
+        if block is None or proven and not _divides(block, shape[pos], op):
             pos += 1
             continue
         g, j = _fresh(f"{name}_g", taken), _fresh(f"{name}_j", taken)
@@ -68,6 +71,18 @@ def _group_block(value: ir.Expr, name: str, dims) -> ir.Expr | None:
                 and _is_dim_expr(n.right, dims):
             return n.right
     return None
+
+
+def _divides(block: ir.Expr, extent: ir.Expr, op: ir.Op) -> bool:
+    """Does ``block`` divide ``extent`` whatever the sizes the spec admits?"""
+    if isinstance(extent, ir.Binary) and extent.op == "*" and block in (extent.left, extent.right):
+        return True
+    conditions = op.test.conditions if op.test is not None else ()
+
+    def said(divisor):
+        return ir.Binary("==", ir.Binary("%", extent, divisor), ir.Num(0)) in conditions
+    return said(block) or (isinstance(block, ir.Binary) and block.op == "//"
+                           and block.left == extent and said(block.right))
 
 
 def _is_dim_expr(e: ir.Expr, dims) -> bool:

@@ -33,7 +33,7 @@ def matches(op: ir.Op) -> bool:
 def reason(op: ir.Op) -> str | None:
     """None when ``op`` is a contraction this generator renders, else why not."""
     try:
-        analyze(split_groups(op).op)
+        analyze(split_groups(op, proven=True).op)
     except NotAContraction as e:
         return str(e)
     return None
@@ -42,7 +42,7 @@ def reason(op: ir.Op) -> str | None:
 def _plan(op: ir.Op) -> Contraction:
     """The contraction, read after grouped output axes are split (``lower.groups``)."""
     try:
-        return analyze(split_groups(op).op)
+        return analyze(split_groups(op, proven=True).op)
     except NotAContraction as e:
         raise Unsupported(f"triton_dot: {e}") from None
 
@@ -178,7 +178,7 @@ def render(op: ir.Op, genome: Genome) -> str:
     full["num_warps"] = _floor_pow2(max(1, int(full["num_warps"])))
     for key in ("GROUP_M", "num_stages"):
         full[key] = max(1, int(full[key]))
-    split = split_groups(op)
+    split = split_groups(op, proven=True)
     return render_module(split.op, plan, full, split.exact)
 
 
