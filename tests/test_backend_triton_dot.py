@@ -225,7 +225,7 @@ def test_grouped_and_guarded_convolutions_tile_by_group_with_taps_as_scalars():
     # with phases the tile walks one residue of o mod S and the loop only the taps that
     # meet it; the guard's term is dropped from the mask
     src = td.render(extra_op("conv_transposed1d"), {"K_SCALAR": 1, "PHASES": 1, "FLATTEN": 0})
-    assert "for step in range(0, count_k * tiles_k):" in src
+    assert "for step in range(0, tl.where(ph_live, count_k, 0) * tiles_k):" in src
     assert "ph_r = (pid_n * BLOCK_N) // ph_t" in src and "% d_S == 0" not in src
     # SWAP puts the positions on M: the phases walk M's lanes then
     src = td.render(extra_op("conv_transposed1d"),

@@ -112,6 +112,9 @@ def defaults(op: ir.Op, device: str) -> Genome:
         g["K_SCALAR"] = next((s for s in range(len(windows), -1, -1)
                               if _extent([ax for ax in plan.k if ax not in windows[:s]],
                                          sizes) >= 16), 0)
+        if _strided_phases(plan, dict(g, K_SCALAR=len(windows)), sizes):
+            # a stride's taps walked by phase skip S-1 of every S: worth a padded K tile
+            g["K_SCALAR"] = len(windows)
     if len(plan.m) > 1 or len(plan.n) > 1:
         inner = [_extent(axes[-1:], sizes) for axes in (plan.m, plan.n) if len(axes) > 1]
         g["FLATTEN"] = int(min(inner) < 128)

@@ -69,6 +69,9 @@ class TileScope:
     pair_masks: dict[str, str] = field(default_factory=dict)  # pair index -> its lane mask
     helpers: set[str] = field(default_factory=set)
     runs: tuple[Run, ...] = ()
+    # a tile axis walked by stride phase: (o, S, code of t, code of r) with o = t * S + r,
+    # so that (o + rest) // S reads as t + (r + rest) // S, one division a program
+    phase: tuple | None = None
 
     # ---- integer index arithmetic ----
     def idx(self, e: ir.Expr) -> str:
@@ -80,6 +83,11 @@ class TileScope:
             return f"d_{e.name}"
         if isinstance(e, ir.Unary) and e.op == "neg":
             return f"(-{self.idx(e.operand)})"
+        if isinstance(e, ir.Binary) and self.phase is not None and e.op in ("//", "%") \
+                and e.right == self.phase[1]:
+            phased = self._phased(e)
+            if phased is not None:
+                return phased
         if isinstance(e, ir.Binary):
             left, right = self.idx(e.left), self.idx(e.right)
             if e.op == "//":
@@ -92,6 +100,19 @@ class TileScope:
         if isinstance(e, ir.Call) and e.fn in ("triu_row", "triu_col"):
             return self.index[f"{e.fn}({e.args[0].name})"]
         raise AssertionError(f"not an index expression: {e}")
+
+    def _phased(self, e: ir.Binary) -> str | None:
+        from kdsl.backends.triton.dot_phases import linear
+        o, stride, t, r = self.phase
+        lin = linear(e.left, {o})
+        if lin is None or lin[0].get(o) != ir.Num(1):
+            return None
+        rest = ir.Binary("+", ir.Name("@r"), lin[1])
+        inner = TileScope(self.op, {**self.index, "@r": r}, helpers=self.helpers)
+        name = "floordiv" if e.op == "//" else "floormod"
+        self.helpers.add(name)
+        part = f"_kdsl_{name}({inner.idx(rest)}, {inner.idx(stride)})"
+        return f"({t} + {part})" if e.op == "//" else part
 
     def offset(self, a: ir.Access) -> str:
         """The flat element offset of a read of a contiguous tensor.

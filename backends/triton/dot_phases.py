@@ -42,10 +42,12 @@ def find(plan: Contraction, batch, m, n, k_outer) -> list[Phase]:
     taps = {ax.name for ax in k_outer if ax.lo == ir.Num(0)}
     tiles = {axes[0].name: side for side, axes in (("m", m), ("n", n))
              if len(axes) == 1 and axes[0].lo == ir.Num(0)}
+    # names a phase's stride, coefficient and remainder may not hold: the lanes'
+    vectors = {ax.name for ax in plan.batch + plan.m + plan.n + plan.k} - scalars
     found, used = [], set()
     for guard in (plan.a_guard, plan.b_guard):
         for term in _conjuncts(guard):
-            ph = _phase(term, scalars | set(tiles), taps, tiles)
+            ph = _phase(term, scalars | set(tiles), taps, tiles, vectors)
             if ph is not None and ph.tap not in used and not (ph.tiled and
                                                                any(f.tiled for f in found)):
                 found.append(ph)
@@ -116,14 +118,15 @@ def _conjuncts(e: ir.Expr | None) -> list[ir.Expr]:
     return [e]
 
 
-def _phase(term, outs: set[str], taps: set[str], tiles: dict[str, str]) -> Phase | None:
+def _phase(term, outs: set[str], taps: set[str], tiles: dict[str, str],
+           vectors: set[str]) -> Phase | None:
     if not (isinstance(term, ir.Binary) and term.op == "==" and term.right == ir.Num(0)
             and isinstance(term.left, ir.Binary) and term.left.op == "%"):
         return None
     expr, s = term.left.left, term.left.right
-    if _names(s) & (outs | taps):
+    if _names(s) & (outs | taps | vectors):
         return None
-    lin = _linear(expr, outs | taps)
+    lin = linear(expr, outs | taps)
     if lin is None:
         return None
     coef, rest = lin
@@ -132,10 +135,12 @@ def _phase(term, outs: set[str], taps: set[str], tiles: dict[str, str]) -> Phase
     if len(o) != 1 or len(k) != 1 or len(coef) != 2 or coef[o[0]] != ir.Num(1):
         return None
     d = _neg(coef[k[0]])
+    if (_names(d) | _names(rest)) & (vectors | outs | taps):
+        return None  # a lane's index in the remainder: not one residue a program
     return Phase(o[0], k[0], d, rest, s, tiles.get(o[0], ""), term)
 
 
-def _linear(e: ir.Expr, names: set[str]):
+def linear(e: ir.Expr, names: set[str]):
     """({name: coefficient}, rest) with ``e = sum(coef * name) + rest``, coefficients and
     rest free of ``names``; None when ``e`` is not linear in them."""
     if isinstance(e, ir.Name) and e.name in names:
@@ -143,11 +148,11 @@ def _linear(e: ir.Expr, names: set[str]):
     if not (_names(e) & names):
         return {}, e
     if isinstance(e, ir.Unary) and e.op == "neg":
-        inner = _linear(e.operand, names)
+        inner = linear(e.operand, names)
         return None if inner is None else ({k: _neg(v) for k, v in inner[0].items()},
                                            _neg(inner[1]))
     if isinstance(e, ir.Binary) and e.op in ("+", "-"):
-        left, right = _linear(e.left, names), _linear(e.right, names)
+        left, right = linear(e.left, names), linear(e.right, names)
         if left is None or right is None:
             return None
         coef = dict(left[0])
@@ -158,7 +163,7 @@ def _linear(e: ir.Expr, names: set[str]):
     if isinstance(e, ir.Binary) and e.op == "*":
         for lin_side, const in ((e.left, e.right), (e.right, e.left)):
             if not (_names(const) & names):
-                inner = _linear(lin_side, names)
+                inner = linear(lin_side, names)
                 if inner is None:
                     return None
                 return ({k: ir.Binary("*", v, const) for k, v in inner[0].items()},

@@ -105,9 +105,12 @@ def analyze(op: ir.Op) -> Contraction:
     a, b = reads
     for f in (a, b):
         _require_dot_operand(op, f, set(lhs) | set(rnames))
-    for g in guards:
+    for f, g in zip((a, b), guards):
         if g is not None:
-            _require_guard(op, g, set(lhs) | set(rnames))
+            # a guard is its factor's load mask: it may name the factor's own indices, the
+            # reduced ones and dims, not an output index only the other factor reads
+            own = {n.name for n in _walk_access(f) if isinstance(n, ir.Name)}
+            _require_guard(op, g, (set(lhs) & own) | set(rnames))
     a, b, pairs = _find_pairs(op, a, b, lhs, set(lhs) | set(rnames))
     known = set(lhs) | set(rnames) | {v for p in pairs for v in (p.row, p.col)}
     for f in (a, b):

@@ -185,10 +185,14 @@ def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
         # the tile's lanes walk one stride phase: o = t * S + r, r fixed for the program
         o, extent, s = axes[0].name, dims.idx(axes[0].extent), dims.idx(tiled.s)
         block = "BLOCK_M" if side == "m" else "BLOCK_N"
+        # (t clamped to the phase's last valid position, so that o = t * S + r exactly
+        # wherever the phase has one; a phase past the end walks no taps)
         body += [f"ph_r = (pid_{side} * {block}) // ph_t",
-                 f"i_{o} = (flat_{side} % ph_t) * {s} + ph_r",
-                 f"ok_{side} = ok_{side} & (i_{o} < {extent})",
-                 f"i_{o} = tl.minimum(i_{o}, {extent} - 1)"]
+                 f"i_{o}_t = flat_{side} % ph_t",
+                 f"ok_{side} = ok_{side} & (i_{o}_t * {s} + ph_r < {extent})",
+                 f"i_{o}_t = tl.minimum(i_{o}_t, tl.maximum(({extent} - 1 - ph_r) // {s}, 0))",
+                 f"i_{o} = tl.minimum(i_{o}_t * {s} + ph_r, {extent} - 1)",
+                 f"ph_live = ph_r < {extent}"]
         runs[side] = Run((), (), runs[side].flat, runs[side].extent)
     run_m, run_n = runs["m"], runs["n"]
     scalar = {ax.name: f"i_{ax.name}" for ax in batch}
@@ -206,10 +210,15 @@ def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpe
     taps = {ax.name: f"i_{ax.name}" for ax in k_outer}
     k_cols = {ax.name: f"i_{ax.name}[None, :]" for ax in k_inner}
     k_rows = {ax.name: f"i_{ax.name}[:, None]" for ax in k_inner}
+    tiled = dot_phases.tiled(list(phases))
+    phase = None
+    if tiled is not None:
+        bcast = "[:, None]" if tiled.side == "m" else "[None, :]"
+        phase = (tiled.out, tiled.s, f"i_{tiled.out}_t{bcast}", "ph_r")
     a_scope = TileScope(op, {**scalar, **rows, **k_cols, **taps}, helpers=helpers,
-                        runs=(run_m, _run(k_inner, "lane_k[None, :]", "n_k")))
+                        runs=(run_m, _run(k_inner, "lane_k[None, :]", "n_k")), phase=phase)
     b_scope = TileScope(op, {**scalar, **cols, **k_rows, **taps}, helpers=helpers,
-                        runs=(run_n, _run(k_inner, "lane_k[:, None]", "n_k")))
+                        runs=(run_n, _run(k_inner, "lane_k[:, None]", "n_k")), phase=phase)
     every = plan.batch + plan.m + plan.n + plan.k
     inner = []
     walked = dot_phases.counted_axes(phases, list(k_outer))
@@ -241,6 +250,8 @@ def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpe
         scope = TileScope(op, {**scalar, **counts}, helpers=helpers)
         head += dot_phases.tap_lines(phases, list(k_outer), scope)
         taps_n = " * ".join(scope.idx(ax.extent) for ax in walked)
+        if tiled is not None:
+            taps_n = f"tl.where(ph_live, {taps_n}, 0)"
         head += ["tiles_k = tl.cdiv(n_k, BLOCK_K)",
                  f"for step in range(0, {taps_n} * tiles_k):"]
     elif k_outer:
@@ -333,7 +344,8 @@ def _guard(cond: ir.Expr | None, scope: TileScope) -> list[str]:
     v = scope.value(cond)
     if v.const is not None:
         return [] if v.const else ["False"]
-    return [v.code if v.kind == "bool" else f"({v.code} != 0)"]
+    # != 0 also makes a bool of the interpreter's int32 from a 0-d & 2-d inside the guard
+    return [f"({v.code} != 0)"]
 
 
 def _loads(side: str, ptr: str, inside: list[str], pad, k_bcast: str,
@@ -342,13 +354,18 @@ def _loads(side: str, ptr: str, inside: list[str], pad, k_bcast: str,
     factor's failing lanes zero."""
     x, p = f"x_{side}", f"ptr_{side}"
     mask = inside + list(guard)
-    out = [f"{p} = {ptr}", "if EVEN_K:", "    " + _load(x, p, mask),
-           "else:", "    " + _load(x, p, mask + [f"(lane_k < n_k){k_bcast}"])]
+    tail = f"(lane_k < n_k){k_bcast}"
+    even, odd = [_load(x, p, mask)], [_load(x, p, mask + [tail])]
     if pad is not None:  # a non-zero pad value on padded lanes only, never on K's tail
-        out.append(f"x_{side} = tl.where({' & '.join(inside)}, x_{side}, {pad}).to(x_{side}.dtype)")
+        padded = f"{x} = tl.where({' & '.join(inside)}, {x}, {pad}).to({x}.dtype)"
+        even.append(padded)
+        odd += [padded, f"{x} = tl.where({tail}, {x}, 0).to({x}.dtype)"]
         if guard:
-            out.append(f"x_{side} = tl.where({' & '.join(guard)}, x_{side}, 0).to(x_{side}.dtype)")
-    return out
+            zero = f"{x} = tl.where({' & '.join(guard)}, {x}, 0).to({x}.dtype)"
+            even.append(zero)
+            odd.append(zero)
+    return [f"{p} = {ptr}", "if EVEN_K:"] + ["    " + ln for ln in even] + \
+        ["else:"] + ["    " + ln for ln in odd]
 
 
 def _self_transposed(plan: Contraction, m, n) -> bool:
