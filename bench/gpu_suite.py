@@ -34,23 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import suite_table  # noqa: E402  (bench/suite_table.py)
-from script_args import device_ready, library_ops  # noqa: E402  (bench/script_args.py)
+from script_args import Kept, device_ready, library_ops  # noqa: E402  (bench/script_args.py)
 from suite_confirm import Confirmations  # noqa: E402  (bench/suite_confirm.py)
 
 GIB = 1 << 30
-
-
-class Kept:
-    """An executor lent to one search after another: their ``shutdown`` keeps it running."""
-
-    def __init__(self, executor):
-        self.executor, self.workers = executor, executor.workers
-
-    def submit(self, job):
-        return self.executor.submit(job)
-
-    def shutdown(self) -> None:
-        pass
 
 
 def footprint_bytes(op, point, dtype: str) -> int:

@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from script_args import device_name, device_ready, library_ops  # noqa: E402
+from script_args import Kept, device_name, device_ready, library_ops  # noqa: E402
 
 PROG = "profile_search"
 DEFAULT_OPS = ("softmax", "layernorm", "jagged_softmax", "matmul",
@@ -145,19 +145,6 @@ def best_profile(store, node: int | None) -> dict | None:
 
 
 # ---- running ----
-
-class Kept:
-    """A pool lent to one search after another: their ``shutdown`` keeps it running."""
-
-    def __init__(self, executor):
-        self.executor, self.workers = executor, executor.workers
-
-    def submit(self, job):
-        return self.executor.submit(job)
-
-    def shutdown(self) -> None:
-        pass
-
 
 def search(path: Path, op, args, seed: int, profiled: bool, out: Path, pool) -> dict:
     from kdsl.search import runs

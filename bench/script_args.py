@@ -46,3 +46,16 @@ def device_name(device: str) -> str:
         return platform.processor() or platform.machine()
     import torch
     return torch.cuda.get_device_name(0)
+
+
+class Kept:
+    """An executor lent to one search after another: their ``shutdown`` keeps it running."""
+
+    def __init__(self, executor):
+        self.executor, self.workers = executor, executor.workers
+
+    def submit(self, job):
+        return self.executor.submit(job)
+
+    def shutdown(self) -> None:
+        pass
