@@ -45,12 +45,17 @@ def candidate_of(args) -> Candidate:
     return Candidate.of(args.backend, genome, source, origin="kdsl eval")
 
 
-def run(args, initializer: str | None = None) -> int:
+def op_of(args):
+    """The op ``args.spec`` and ``args.op`` name; a UsageError when the file has no such op."""
     spec = spec_mod.load(args.spec)
     try:
-        op = spec_mod.find_op(spec, args.op)
+        return spec_mod.find_op(spec, args.op)
     except KeyError as e:
         raise UsageError(e.args[0]) from None
+
+
+def run(args, initializer: str | None = None) -> int:
+    op = op_of(args)
     candidate = candidate_of(args)
     if args.device == "cuda":
         import torch

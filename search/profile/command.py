@@ -10,20 +10,15 @@ import json
 import sys
 
 from kdsl import backends
-from kdsl import spec as spec_mod
 from kdsl.errors import UsageError
 
-from ..eval_command import candidate_of
+from ..eval_command import candidate_of, op_of
 from . import metrics as m
 from .profiler import cuda_ready, profile_source
 
 
 def run(args) -> int:
-    spec = spec_mod.load(args.spec)
-    try:
-        op = spec_mod.find_op(spec, args.op)
-    except KeyError as e:
-        raise UsageError(e.args[0]) from None
+    op = op_of(args)
     candidate = candidate_of(args)
     backend = backends.get(candidate.backend)
     device = args.device or ("cuda" if candidate.backend.startswith("triton") else "cpu")
