@@ -29,6 +29,11 @@ from kdsl.search.settings import SearchSettings
 
 from fakes import FakeExecutor, register
 
+# The ncu-*.csv fixtures are written by hand, not recorded on a GPU: their shape is the one
+# ncu 2024.1.1 itself printed (``ncu --import REPORT --csv --page raw|details``) for a
+# report recorded on an sm_90 GPU: identity columns, metric columns sorted by name, a units
+# row, plain numbers, ==PROF== lines before the table; the details page with the five rule
+# columns of 2024.1 and metric rows that stop after their value. The numbers are invented.
 FIX = Path(__file__).parent / "fixtures" / "profile"
 SPEC = "specs/swiglu.kspec"
 COPY = 4.3e12  # bytes/s: the H200's measured copy bandwidth
@@ -46,20 +51,47 @@ def test_raw_page_parses_in_base_units_and_skips_ncu_lines():
     assert [k.name for k in ks] == ["_kd_softmax"]
     k = ks[0]
     assert k.get(m.DURATION) == 135904.0 and k.units[m.DURATION] == "nsecond"
-    assert k.get(m.DRAM_READ) == 268697600.0  # "268,697,600": separators gone
+    assert k.get(m.DRAM_READ) == 268697600.0
     assert k.get(m.DRAM_THROUGHPUT) == pytest.approx(88.71)
-    assert k.get(m.REGISTERS) == 40.0
+    assert k.get(m.REGISTERS) == 40.0 and k.units[m.REGISTERS] == "register/thread"
+    assert k.get(m.SHARED_PER_BLOCK) == 1024.0 and k.units[m.SHARED_PER_BLOCK] == "byte/block"
     assert k.get(m.stall_metric("long_scoreboard")) == pytest.approx(61.2)
+    assert k.get(m.stall_metric("gmma")) == 0.0
     assert "Block Size" not in k.metrics  # identity columns are not metrics
+    assert "device__attribute_display_name" not in k.metrics  # "NVIDIA H200": not a number
+    assert set(m.NCU_METRICS) <= set(k.metrics)  # every metric asked for has its column
+
+
+def test_raw_page_values_ncu_prints_for_what_it_did_not_measure():
+    """ncu 2024.1.1 prints "nan"/"-nan" for a metric it did not measure for a launch, "inf"
+    for a ratio over zero and nothing for a launch__* metric without launch data; older
+    versions wrote thousands separators. None of it may reach the diagnosis as a number."""
+    text = ('"ID","Process ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum",'
+            '"launch__grid_size","lts__t_sector_hit_rate.pct"\n'
+            '"","","","nsecond","byte","","%"\n'
+            '"0","7","_kd_a","16448","1,048,576","1056","inf"\n'
+            '"1","7","_kd_b","nan","-nan","","n/a"\n'
+            '"ID","Process ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum",'
+            '"launch__grid_size","lts__t_sector_hit_rate.pct"\n'
+            '"","","","nsecond","byte","","%"\n'
+            '"2","7","_kd_c","3232","8448","8","98.68"\n')
+    ks = ncu_csv.parse(text)
+    assert [k.name for k in ks] == ["_kd_a", "_kd_c"]  # _kd_b measured nothing
+    assert ks[0].metrics == {m.DURATION: 16448.0, m.DRAM_READ: 1048576.0, m.GRID_SIZE: 1056.0}
+    assert ks[1].get(m.L2_HIT) == pytest.approx(98.68)
+    for text in ("nan", "-nan", "inf", "-inf", "n/a", "", "(256, 1, 1)"):
+        assert ncu_csv.number(text) is None
 
 
 def test_details_page_with_auto_units_reads_the_same_quantities():
+    # 2024.1's details page: a 20-column header, metric rows of 16 fields, a rule row
     [k] = ncu_csv.parse((FIX / "ncu-details-auto-units.csv").read_text())
     assert k.name == "_kd_cross_entropy"
     assert k.get(m.DRAM_READ) == pytest.approx(536.87e6)   # Mbyte
     assert k.get(m.DRAM_WRITE) == pytest.approx(32.77e3)   # Kbyte
     assert k.get(m.DURATION) == pytest.approx(166560.0)    # usecond -> ns
     assert k.get(m.GRID_SIZE) == 8192.0
+    assert len(k.metrics) == 8 and "" not in k.metrics    # the rule row is no metric
 
 
 def test_several_kernels_and_units():
@@ -68,6 +100,13 @@ def test_several_kernels_and_units():
     assert ncu_csv.to_base(1.2, "Gbyte/second") == (1.2e9, "byte/second")
     assert ncu_csv.to_base(2.0, "msecond") == (2e6, "nsecond")
     assert ncu_csv.to_base(7.0, "register/thread") == (7.0, "register/thread")
+    # units ncu 2024.1.1 prints with --print-units auto
+    assert ncu_csv.to_base(1.5, "cycle/nsecond") == (pytest.approx(1.5e9), "cycle/second")
+    assert ncu_csv.to_base(64.0, "Kbyte/block") == (64e3, "byte/block")
+    # the abbreviations newer releases are reported to print
+    assert ncu_csv.to_base(211.94, "us") == (pytest.approx(211940.0), "nsecond")
+    assert ncu_csv.to_base(2848.0, "ns") == (2848.0, "nsecond")
+    assert ncu_csv.to_base(1.2, "Gbyte/s") == (1.2e9, "byte/second")
     assert ncu_csv.number("n/a") is None and ncu_csv.parse("") == []
 
 
@@ -142,10 +181,39 @@ def test_ncu_failures_read_as_one_line():
     assert "no GPU performance counters" in ncu.why_failed(
         "==ERROR== Failed to initialize the profiler: LibraryNotLoaded", 1)
     assert "profiled no kernel" in ncu.why_failed("==WARNING== No kernels were profiled.", 0)
+    # a vGPU is refused with the same sentence, without the code
+    assert "ERR_NVGPUCTRPERM" in ncu.why_failed(
+        "==ERROR== The user does not have permission to access NVIDIA GPU Performance "
+        "Counters on the target vGPU device 0.", 1)
+    assert "dcgmi profile --pause" in ncu.why_failed(
+        "==ERROR== Profiling failed because a driver resource was unavailable. Ensure that "
+        "no other tool (like DCGM) is concurrently collecting profiling data.", 1)
     assert ncu.unknown_metrics("==ERROR== Failed to find metric sm__bogus.sum") == \
         ["sm__bogus.sum"]
+    # a name ncu expanded to its first-level sub-metrics is named as the expansion
+    expanded = ("==ERROR== Failed to find metric "
+                "regex:^smsp__warp_issue_stalled_gmma_per_warp_active\\.pct\\."
+                "(sum|min|max|avg|pct|ratio|max_rate)$")
+    assert ncu.unknown_metrics(expanded) == ["smsp__warp_issue_stalled_gmma_per_warp_active.pct"]
+    assert ncu.unknown_metrics(expanded, m.NCU_METRICS) == [m.stall_metric("gmma")]
+    bare = ("==ERROR== Failed to find metric "
+            "regex:^sm__pipe_alu_cycles_active\\.(sum|min|max|avg|pct|ratio|max_rate)$")
+    assert ncu.unknown_metrics(bare, m.NCU_METRICS) == [m.ALU_PIPE]
     for text in (perm, "boom"):
         assert "\n" not in ncu.why_failed(text, 3)
+
+
+def test_ncu_command_flags():
+    """The flags as ncu --help (2024.1.1) spells them; --print-units base stays, since that
+    ncu printed auto-scaled units in CSV without it."""
+    argv = ncu.command("/usr/local/cuda/bin/ncu", (m.DURATION, m.REGISTERS), "/tmp/x.csv",
+                       ["python", "-m", "t"])
+    line = " ".join(argv)
+    for flags in ("--csv --page raw", "--print-units base", "--profile-from-start off",
+                  "--clock-control none", "--target-processes all",
+                  f"--metrics {m.DURATION},{m.REGISTERS}", "--log-file /tmp/x.csv"):
+        assert flags in line
+    assert argv[-3:] == ["python", "-m", "t"]
 
 
 def test_missing_profilers_and_gpu(monkeypatch):
@@ -161,7 +229,13 @@ def test_missing_profilers_and_gpu(monkeypatch):
     assert p.tool == "ncu"
 
 
-def _fake_ncu(tmp_path, fixture: str) -> Path:
+REFUSED = {
+    "plain": "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",
+    "expanded": r"regex:^sm__pipe_alu_cycles_active\.(sum|min|max|avg|pct|ratio|max_rate)$",
+}
+
+
+def _fake_ncu(tmp_path, fixture: str, refused: str = REFUSED["plain"]) -> Path:
     """An 'ncu' that refuses one metric by name and otherwise writes ``fixture`` as its log."""
     exe = tmp_path / "ncu"
     exe.write_text(f"""#!/bin/sh
@@ -170,7 +244,8 @@ while [ $# -gt 0 ]; do
   case "$1" in --log-file) log="$2"; shift;; --metrics) metrics="$2"; shift;; esac; shift
 done
 case "$metrics" in *sm__pipe_alu_cycles_active*)
-  echo "==ERROR== Failed to find metric sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active" > "$log"; exit 1;;
+  printf '%s\\n' '==PROF== Connected to process 41872 (/usr/bin/python3.12)' \
+    '==ERROR== Failed to find metric {refused}' > "$log"; exit 1;;
 esac
 cp {FIX / fixture} "$log"
 """)
@@ -178,12 +253,21 @@ cp {FIX / fixture} "$log"
     return exe
 
 
-def test_ncu_run_drops_metrics_it_does_not_know(tmp_path, monkeypatch):
-    exe = _fake_ncu(tmp_path, "ncu-memory-softmax.csv")
+@pytest.mark.parametrize("form", sorted(REFUSED))
+def test_ncu_run_drops_metrics_it_does_not_know(tmp_path, monkeypatch, form):
+    exe = _fake_ncu(tmp_path, "ncu-memory-softmax.csv", REFUSED[form])
     monkeypatch.setattr(ncu, "find", lambda: str(exe))
     kernels, missing = ncu.run(["python", "target.py"], str(tmp_path / "log.csv"), 30)
     assert [k.name for k in kernels] == ["_kd_softmax"]
     assert missing == (m.ALU_PIPE,)
+
+
+def test_metrics_ncu_gave_no_value_for_are_listed():
+    """An ncu may answer "n/a" for a metric the GPU lacks instead of refusing it."""
+    ks = ncu_csv.parse((FIX / "ncu-latency-jagged.csv").read_text())
+    assert ncu.no_value(ks, m.NCU_METRICS) == []
+    assert ncu.no_value(ks, (m.DURATION, "dram__bytes_op_read.sum")) == \
+        ["dram__bytes_op_read.sum"]
 
 
 # ---- the CLI ----

@@ -45,7 +45,7 @@ def run(args) -> int:
     for k in profile.kernels:
         print(f"  {k.name}: " + ", ".join(_figures(k)))
     if profile.missing:
-        print(f"  (this {profile.tool} did not know: {', '.join(profile.missing)})")
+        print(f"  (this {profile.tool} gave no value for: {', '.join(profile.missing)})")
     print(diagnosis.line if diagnosis else "no diagnosis: the profile holds no metrics")
     return 0
 

@@ -2,10 +2,19 @@
 
 Nsight Compute names (``unit__counter.rollup.submetric``), from its Kernel Profiling Guide
 and the sections that show them (SpeedOfLight, MemoryWorkloadAnalysis, Occupancy,
-LaunchStats, SchedulerStats, WarpStateStats, ComputeWorkloadAnalysis). Collected with
-``--metrics`` rather than whole sections: the few passes these need replay a kernel far
-fewer times than ``--set full``. A name the installed ncu does not know is dropped and the
-profile says so (``Profile.missing``); the diagnosis reads what is there.
+LaunchStatistics, SchedulerStatistics, WarpStateStatistics, ComputeWorkloadAnalysis).
+Collected with ``--metrics`` rather than whole sections: the few passes these need replay a
+kernel far fewer times than ``--set full``. A name the installed ncu does not know is
+dropped and the profile says so (``Profile.missing``); the diagnosis reads what is there.
+
+Checked for sm_90 (H100/H200 are both the GH100 chip): every hardware metric below is
+listed by ``ncu --query-metrics --chips gh100 --query-metrics-mode all`` (Nsight Compute
+2024.1.1, which queries a chip without a GPU) and accepted by CUPTI's profiler host API
+for chip "GH100" (CUDA 13.0). The ``launch__*`` names are not listed by --query-metrics by
+design; they are in the Kernel Profiling Guide, "Metrics Reference: Launch Metrics", and
+``sm__maximum_warps_per_active_cycle_pct`` is the theoretical occupancy of the stock
+Occupancy and LaunchStatistics sections. All of them, launch__* included, came back with
+these names and units in the raw CSV that ncu 2024.1.1 printed for an sm_90 report.
 """
 from __future__ import annotations
 
@@ -41,11 +50,14 @@ LIMITS = {"registers": "launch__occupancy_limit_registers",
           "warps": "launch__occupancy_limit_warps",
           "blocks": "launch__occupancy_limit_blocks"}
 
-# stall reasons: the share of active warps stalled on each, per cycle
+# stall reasons: the share of active warps stalled on each, per cycle (percent). All
+# exist on GH100; "gmma" (waiting on warpgroup MMA, what tl.dot compiles to on sm_90)
+# exists on GH100 only, and Blackwell chips drop "imc_miss": an ncu that does not know one
+# refuses it and the run goes on without it (ncu.run)
 STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "membar", "mio_throttle",
                  "lg_throttle", "math_pipe_throttle", "wait", "not_selected",
                  "no_instruction", "dispatch_stall", "branch_resolving", "drain",
-                 "imc_miss", "sleeping", "tex_throttle", "misc")
+                 "imc_miss", "sleeping", "tex_throttle", "misc", "gmma")
 
 
 def stall_metric(reason: str) -> str:

@@ -36,7 +36,7 @@ class Profile:
     copy_bandwidth: float | None = None     # bytes/s of a plain copy on this machine
     traffic_bytes: int | None = None        # bytes the op must move (the floor's count)
     call_ms: float | None = None            # the profiled call's own time, where measured
-    missing: tuple[str, ...] = ()           # metrics the profiler did not know
+    missing: tuple[str, ...] = ()           # metrics the profiler refused or gave no value
     seconds: float | None = None            # what profiling took, wall clock
 
     @staticmethod
