@@ -202,21 +202,21 @@ def evaluate(pool: PoolExecutor, names: list[str], op=None) -> list:
     return [f.result() for f in futures]
 
 
-# The timing stage's outside view (the judge's clock on a batch of the candidate's calls)
-# contradicts fast correct kernels on a loaded 2-core machine: a scheduler tick in the batch is
-# more than the allowance (ok_softmax.c: "reported 0.6585 ms a call, but 10 calls took 11.07 ms
-# each"; ok_keep_last.c: 0.0086 ms against 1.339 ms). Such a verdict says nothing about the
-# channel an attack uses, except where the attack is on the clock itself.
+# The judge's clock (each timed call's round trip) can contradict a fast correct kernel on a
+# loaded 2-core machine, where the other worker's processes delay the candidate's wake-ups
+# (under the earlier batch view, ok_softmax.c: "reported 0.6585 ms a call, but 10 calls took
+# 11.07 ms each"). Such a verdict says nothing about the channel an attack uses, except where
+# the attack is on the clock itself.
 OUTSIDE_VIEW = "suspect: the candidate's process reported"
 ON_THE_CLOCK = {"clock_timer_patch.py", "clock_timer_constructor.c",
                 "async_pthread_after_return.c"}
 
 
 def outside_view_noise(name: str, r) -> None:
-    """xfail (now) a verdict given only by the outside view, where it is noise for ``name``."""
+    """xfail (now) a verdict given only by the judge's clock, where it is noise for ``name``."""
     if not r.ok and r.stage == "timing" and r.message.startswith(OUTSIDE_VIEW) \
             and name not in ON_THE_CLOCK:
-        pytest.xfail(f"only the outside view (noise on a loaded CPU?) judged it: "
+        pytest.xfail(f"only the judge's clock (noise on a loaded CPU?) judged it: "
                      f"{describe(name, r)}")
 
 

@@ -45,7 +45,7 @@ def test_a_correct_candidate_passes_every_stage_with_each_artifact(monkeypatch):
 
     def baseline_timer(fn, warmup, reps, setup=None):
         # the judge's timer times the baseline only; the candidate is timed in its own
-        # process, by its own clock, and checked against the judge's (the outside view)
+        # process, by its own clock, and bounded by the judge's (its round trips)
         for _ in range(warmup + reps):
             setup and setup()
             fn()
@@ -57,7 +57,8 @@ def test_a_correct_candidate_passes_every_stage_with_each_artifact(monkeypatch):
     assert r.ok and r.stage == "timing" and r.message == ""
     assert 0 < r.time_ms < 3.0 and r.baseline_ms == 3.0 and r.baseline_name == "eager"
     assert r.speedup == pytest.approx(3.0 / r.time_ms)
-    assert len(r.artifacts["timings_ms"]) == 3 and r.artifacts["outside_ms"] >= 0
+    assert len(r.artifacts["timings_ms"]) == 3 and r.artifacts["judge_clock_ms"] >= 0
+    assert r.artifacts["step_trip_ms"] > 0
     a = r.artifacts
     assert a["source"] == SOFTMAX and a["genome"] == {"variant": "softmax", "unused": 1}
     assert a["build_log"] == "exec ok" and a["meta"] == {"lines": SOFTMAX.count("\n")}
@@ -68,7 +69,7 @@ def test_a_correct_candidate_passes_every_stage_with_each_artifact(monkeypatch):
     # the timing stage says where its seconds went
     assert set(a["timing_phases_s"]) == {"draw", "inputs", "first_run", "oracle", "check",
                                          "baseline", "timed_runs", "check_again",
-                                         "outside_view", "floor"}
+                                         "floor"}
     assert sum(a["timing_phases_s"].values()) <= a["stage_s"]["timing"] + 1e-3
 
 

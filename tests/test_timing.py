@@ -384,12 +384,12 @@ def test_the_device_lock_covers_bench_work_phase_by_phase_or_the_whole_stage(mon
     kernel_calls, timer_calls, judged, poisoned, oracled, uploads = [], [], [], [], [], []
     fresh = timing.corr.fresh_inputs
     monkeypatch.setattr(timing.corr, "fresh_inputs",
-                        lambda *a: (uploads.append(spy.on_device), fresh(*a))[1])
+                        lambda *a, **k: (uploads.append(spy.on_device), fresh(*a, **k))[1])
     judge = timing.bench_judge
     monkeypatch.setattr(timing, "bench_judge", lambda *a: (judged.append(spy.held), judge(*a))[1])
     alloc, outputs_of = timing.corr.alloc_outputs, timing.baseline.outputs_of
     monkeypatch.setattr(timing.corr, "alloc_outputs",
-                        lambda *a: (poisoned.append(spy.held), alloc(*a))[1])
+                        lambda *a, **k: (poisoned.append(spy.held), alloc(*a, **k))[1])
     monkeypatch.setattr(timing.baseline, "outputs_of",
                         lambda *a: (oracled.append(spy.held), outputs_of(*a))[1])
     monkeypatch.setattr(timing, "_ORACLES", {})
@@ -445,7 +445,7 @@ def test_a_kernel_that_writes_its_input_fails_with_or_without_a_kept_copy(monkey
     monkeypatch.setattr(timing, "_ORACLES", {})
     fresh = timing.corr.fresh_inputs
     monkeypatch.setattr(timing.corr, "fresh_inputs",
-                        lambda *a: uploads.append(1) or fresh(*a))
+                        lambda *a, **k: uploads.append(1) or fresh(*a, **k))
 
     def scribbler(inputs, outputs, sizes):
         softmax_kernel(inputs, outputs, sizes)
@@ -487,38 +487,68 @@ def test_a_16_bit_output_is_judged_in_float32_and_its_oracle_kept_so():
     assert timing.oracle(op, case32, "cpu")[0]["y"].dtype == torch.float64
 
 
-class BatchedKernel(timing.LocalKernel):
-    """A local kernel with an outside view: each batch of calls takes the scripted seconds
-    a call of the next entry of ``per_call`` (the round trip itself takes none)."""
+class ClockedKernel(timing.LocalKernel):
+    """A local kernel whose calls the judge's clock saw take ``per_call[i]`` ms each in its
+    i-th timing request (the last entry for every later one); a round trip costs nothing."""
+
+    trip_ms = 0.0
 
     def __init__(self, fn, timer, per_call):
         super().__init__(fn, timer)
         self.per_call = list(per_call)
 
-    def batch(self, ins, outs, sizes, n):
-        if n <= 1:
-            return 0.0  # the round trip and the single call that sizes the batches
-        return self.per_call.pop(0) * n if len(self.per_call) > 1 else self.per_call[0] * n
+    def time(self, sets, sizes, warmup, reps, poisons, plan=None):
+        samples = super().time(sets, sizes, warmup, reps, poisons, plan)
+        ms = self.per_call.pop(0) if len(self.per_call) > 1 else self.per_call[0]
+        self.walls = [ms] * len(samples)
+        return samples
 
 
-def test_an_outside_view_contradicted_once_is_timed_again_and_believed(monkeypatch):
+def test_a_timer_contradicted_once_by_the_judges_clock_is_timed_again_and_believed(
+        monkeypatch):
     monkeypatch.setattr(floor, "cache_bytes", lambda: 0)
     timer = FakeTimer([2.0] * 5, [4.0] * 5)
-    slow_once = [0.5] * timing.OUTSIDE_TRIES + [0.002]  # 500 ms a call once: a busy host
-    kernel = BatchedKernel(softmax_kernel, timer, slow_once)
+    # the probe's request, then 500 ms a call once (a busy host), then as claimed
+    kernel = ClockedKernel(softmax_kernel, timer, [2.0, 500.0, 2.0])
     t = timing.measure(softmax_op(), kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
     assert t.message is None and t.time_ms == 2.0
-    assert t.artifacts["outside_first"].startswith("suspect: the candidate's process reported")
+    assert t.artifacts["clock_first"].startswith("suspect: the candidate's process reported")
     assert timer.calls.count((CONFIG.warmup, CONFIG.reps)) == 3  # baseline, kernel, again
 
 
-def test_an_outside_view_contradicted_twice_is_a_verdict(monkeypatch):
+def test_a_timer_contradicted_twice_by_the_judges_clock_is_a_verdict(monkeypatch):
     monkeypatch.setattr(floor, "cache_bytes", lambda: 0)
     timer = FakeTimer([2.0] * 5, [4.0] * 5)
-    kernel = BatchedKernel(softmax_kernel, timer, [0.5])
+    kernel = ClockedKernel(softmax_kernel, timer, [500.0])
     t = timing.measure(softmax_op(), kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
     assert t.message.startswith("suspect: the candidate's process reported a median of 2 ms")
-    assert t.artifacts["suspect"] is True
+    assert "at least 489.5 ms" in t.message and t.artifacts["suspect"] is True
+
+
+def test_a_sample_below_the_judges_clock_is_not_believed(monkeypatch):
+    """A timer that under-reports a little (inside the contradiction's margin) gains nothing:
+    each call counts at least its round trip less the allowance for a round trip."""
+    monkeypatch.setattr(floor, "cache_bytes", lambda: 0)
+    timer = FakeTimer([2.0] * 5, [4.0] * 5)
+    kernel = ClockedKernel(softmax_kernel, timer, [3.0])
+    t = timing.measure(softmax_op(), kernel, CONFIG, timer=timer, bandwidth=1e9, baselines={})
+    assert t.message is None
+    bound = 3.0 * (1 - timing.WALL_SLACK) - timing.TRIP_SLACK_MS["cpu"]
+    assert t.time_ms == pytest.approx(bound)
+    assert t.artifacts["claimed_ms"] == [2.0] * 5
+    assert t.artifacts["timings_ms"] == [pytest.approx(bound)] * 5
+
+
+def test_the_round_trips_own_cost_is_allowed_for():
+    """An honest call whose round trip costs what the probe measured keeps its sample."""
+    kernel = ClockedKernel(softmax_kernel, None, [])
+    kernel.trip_ms, kernel.walls = 0.4, [1.0 + 0.4 + 0.3] * 3
+    believed, art, message = timing.judged_calls(kernel, [1.0, 1.0, 1.0])
+    assert believed == [1.0] * 3 and message is None and "claimed_ms" not in art
+    assert art["step_overhead_ms"] == pytest.approx(0.7)
+    # on a GPU the allowance is tighter: the same walls bound the samples there
+    believed, art, message = timing.judged_calls(kernel, [0.5] * 3, "cuda")
+    assert believed == [pytest.approx(1.7 * (1 - timing.WALL_SLACK) - 0.4 - 0.2)] * 3
 
 
 def test_a_kernel_patching_only_what_changed_recomputes_everything():

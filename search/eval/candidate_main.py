@@ -14,11 +14,12 @@ Protocol on the pipe, one request and one reply at a time:
   ``("built", log, meta, can_prepare)`` or ``("build_error", message, log)``.
 - ``("prepare", shapes)``: compile ahead for these (sizes, dtype) pairs.
 - ``("run", ins, outs, sizes)``: one call -> ``("ok", None)``.
-- ``("time", sets, sizes, warmup, reps, poisons)``: timed calls alternating between
-  the (ins, outs) sets, each set's outputs re-poisoned before its call -> ``("ok",
-  [ms, ...])``.
-- ``("batch", ins, outs, sizes, n)``: ``n`` calls back to back, then a device sync,
-  for the judge's own clock -> ``("ok", None)``.
+- ``("sets", sets, sizes)``: the (ins, outs) input sets of the timed calls to come.
+- ``("step", k)``: one timed call on set ``k`` -> ``("ok", ms)``. The judge varies the
+  inputs, poisons the outputs and keeps the outputs it checks between steps, in its own
+  process, while this one is stopped; it times each step on its own clock too.
+- ``("probe",)``: a timed call of nothing -> ``("ok", ms)``: asked before any candidate
+  code is loaded, it gives the judge a step's own cost (pipe, signals, the timer).
 - ``None``: exit.
 
 Any request may be answered ``("raised", text)`` (the candidate raised) or
@@ -132,6 +133,7 @@ class _Host:
         self.device = device
         self.built = None
         self.arena = None
+        self.sets, self.sizes = [], {}
 
     def handle(self, message):
         kind, *args = message
@@ -170,28 +172,29 @@ class _Host:
                     for name, (at, shape, dtype) in places.items()}
         return self._run(views(ins), views(outs), sizes)
 
-    def _time(self, sets, sizes, warmup, reps, poisons, plan=None):
-        import torch
-
-        from .timed_calls import calling
-        from .timers import default_timer
-        handed = [(dict(ins), dict(outs)) for ins, outs in sets]
-        setup, run, finish = calling(self.built.fn, sets, sizes, poisons, plan)
-        with torch.no_grad():
-            samples = default_timer(self.device)(run, warmup=warmup, reps=reps, setup=setup)
-            finish()
-            self._sync()
-        for (ins, outs), before in zip(sets, handed):
-            _check_handed(ins, outs, before)
-        return ("ok", [float(s) for s in samples])
-
-    def _batch(self, ins, outs, sizes, n):
-        import torch
-        with torch.no_grad():
-            for _ in range(n):
-                self.built.fn(ins, outs, dict(sizes))
-            self._sync()
+    def _sets(self, sets, sizes):
+        self.sets, self.sizes = [(dict(ins), dict(outs)) for ins, outs in sets], dict(sizes)
         return ("ok", None)
+
+    def _step(self, k):
+        ins, outs = self.sets[k]
+        handed = (dict(ins), dict(outs))
+        reply = self._timed(lambda: self.built.fn(ins, outs, dict(self.sizes)))
+        _check_handed(ins, outs, handed)
+        return reply
+
+    def _probe(self):
+        return self._timed(lambda: None)
+
+    def _timed(self, fn):
+        """One call of ``fn`` on this process's own timer, and a device sync."""
+        import torch
+
+        from .timers import default_timer
+        with torch.no_grad():
+            (ms,) = default_timer(self.device)(fn, warmup=0, reps=1)
+            self._sync()
+        return ("ok", float(ms))
 
     def _call(self, ins, outs, sizes):
         handed = (dict(ins), dict(outs))

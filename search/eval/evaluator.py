@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from kdsl import backends
 from kdsl.backends import Built, Unsupported
 
-from . import correctness, guards, plan, sandbox, timing
+from . import correctness, guards, plan, sandbox, threads, timing
 from ..jobs import EvalJob
 from ..result import STAGES, Result
 
@@ -134,7 +134,9 @@ def check_guards(run: _Run) -> None:
 def check_correctness(run: _Run) -> None:
     if run.built.prepare is not None:
         prepare(run)
-    outcome = correctness.check(run.job.op, run.built.fn, run.job.config, interpreted(run))
+    with threads.judge_work():
+        outcome = correctness.check(run.job.op, run.built.fn, run.job.config,
+                                    interpreted(run))
     run.artifacts.update(outcome.artifacts)
     if outcome.message:
         raise StageFailed(outcome.message)
@@ -170,7 +172,7 @@ def time_it(run: _Run) -> None:
     if reason:
         run.artifacts["timing_skipped"] = reason
         return
-    with sandbox.spares_paused(run.job.config.device):
+    with sandbox.spares_paused(run.job.config.device), threads.judge_work():
         run.timing = t = timing.measure(run.job.op, run.built.fn, run.job.config,
                                         timer=run.timer)
     waited = run.artifacts.get("lock_wait_s", 0.0) + t.artifacts.get("lock_wait_s", 0.0)

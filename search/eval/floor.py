@@ -423,7 +423,8 @@ def copy_bandwidth(device: str, nbytes: int = 0, fresh: bool = False,
     key, moved = (("cuda",), CUDA_COPY_BYTES) if device == "cuda" else \
         (("cpu",), cpu_copy_bytes())
     if fresh or device == "cuda" or key not in _BANDWIDTH:
-        with hold():  # the device lock, when measuring
+        from .threads import timed_work
+        with hold(), timed_work():  # the device lock, when measuring
             _BANDWIDTH[key] = max(_BANDWIDTH.get(key, 0.0), _measure_copy(device, moved))
     return _BANDWIDTH[key]
 

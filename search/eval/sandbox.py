@@ -7,7 +7,8 @@ host) is done ahead: the judge keeps one spare started, ``open_sandbox`` takes i
 starts the next, which then gets ready while this evaluation runs.
 
 ``RemoteKernel`` is the candidate as the correctness and timing stages see it: a
-callable ``kernel(ins, outs, sizes)`` plus ``time`` and ``batch``. The judge's own
+callable ``kernel(ins, outs, sizes)`` plus ``time``, whose calls the judge asks for one
+at a time and times on its own clock as well (``walls``). The judge's own
 tensors go to the candidate, in memory the judge owns (CUDA tensors through CUDA IPC;
 CPU tensors moved into shared memory in place, once), so what the judge checks is what
 the candidate wrote, where it wrote it. Between requests the process is
@@ -25,13 +26,15 @@ import signal
 import tempfile
 import time
 
-from . import candidate_main, confine, replies, zygote
+from . import candidate_main, confine, replies, timed_calls, zygote
 
 READY_TIMEOUT_S = 300.0
 ARENA_MAX_BYTES = 256 << 20  # cases up to this size go through the arena
 ARENA_MIN_BYTES = 1 << 20
 ARENA_ALIGN = 256
 LOG_TAIL = 16000
+PROBES = 7  # timed calls of nothing, asked of a fresh process: the cost of a step itself
+PROBES_KEPT = 5  # the last ones (the first calls of a timer can be slow: a CUDA flush buffer)
 
 
 class CandidateFault(Exception):
@@ -53,6 +56,8 @@ class Sandbox:
         child.close()
         self.pid = None
         self.started = time.monotonic()
+        self.last_wall_ms = 0.0  # the latest request's round trip, on the judge's clock
+        self.trip_ms = 0.0       # a step's own cost, measured before any candidate code
 
     @property
     def kind(self) -> tuple:
@@ -68,16 +73,32 @@ class Sandbox:
         tag, self.pid = self._receive()
         assert tag == "ready", tag
         self._signal(signal.SIGSTOP)
+        from .device_lock import shared
+        with shared(self.device):  # (a GPU's probes use it: never beside others' timed runs)
+            self.trip_ms = self._probe()
+
+    def _probe(self) -> float:
+        """The median cost of a step that calls nothing (the judge's clock less the
+        process's own sample), asked while the process is still clean: what a step's
+        round trip adds to a call, which no candidate code has had a chance to change."""
+        import statistics
+        extra = []
+        for _ in range(PROBES):
+            _, ms = self.call("probe")
+            extra.append(max(0.0, self.last_wall_ms - ms))
+        return statistics.median(extra[-PROBES_KEPT:])
 
     def call(self, *message):
         """Send one request; its reply, or CandidateFault for what went wrong."""
         self.ready()
         self._signal(signal.SIGCONT)
+        start = time.perf_counter()
         try:
             self.conn.send(message)
         except (OSError, ValueError) as e:
             raise CandidateFault(f"the candidate process is gone: {self._death(e)}") from None
         reply = self._receive()
+        self.last_wall_ms = (time.perf_counter() - start) * 1e3
         self._signal(signal.SIGSTOP)
         tag = reply[0]
         if tag == "raised":
@@ -261,16 +282,18 @@ def stop_spares() -> None:
 
 
 class RemoteKernel:
-    """The candidate, called from the judge: ``kernel(ins, outs, sizes)``, ``time``, ``batch``."""
+    """The candidate, called from the judge: ``kernel(ins, outs, sizes)`` and ``time``."""
 
     def __init__(self, box: Sandbox):
         self.box = box
         self.arena = None  # one shared buffer, sent once, for the small cases
+        self.walls = None  # the latest timing request's calls on the judge's clock (ms)
 
     def __call__(self, ins: dict, outs: dict, sizes: dict) -> None:
         tensors = [*ins.values(), *outs.values()]
         need = sum(_span(t) for t in tensors)
-        if need > ARENA_MAX_BYTES or not all(t.is_contiguous() for t in tensors):
+        if need > ARENA_MAX_BYTES or not all(t.is_contiguous() for t in tensors) or \
+                all(not t.is_cuda and t.is_shared() for t in tensors):  # (sent as they are)
             self.box.call("run", _shared(ins), _shared(outs), dict(sizes))
             return
         # a small case: copied into the arena, sent as offsets. Handing its tensors over
@@ -302,25 +325,32 @@ class RemoteKernel:
         return self.arena
 
     def time(self, sets: list[tuple[dict, dict]], sizes: dict, warmup: int, reps: int,
-             poisons: list[tuple[str, str, int]], plan: dict | None = None) -> list[float]:
-        """Timed calls in the candidate's process, alternating between ``sets``, with the
-        edits and kept outputs of ``plan`` (``timed_calls``)."""
-        sent = [(_shared(i), _shared(o)) for i, o in sets]
-        if plan is not None:
-            plan = dict(plan, snap={c: _shared(v) for c, v in plan["snap"].items()})
-        _, samples = self.box.call("time", sent, dict(sizes), warmup, reps, poisons, plan)
-        if not (isinstance(samples, list) and len(samples) == reps and
-                all(isinstance(s, float) and 0 < s < float("inf") for s in samples)):
-            raise CandidateFault("the candidate process answered the timing request with "
-                                 "something other than its samples")
+             poisons: list[tuple[str, str, int]], plan=None) -> list[float]:
+        """Timed calls alternating between ``sets``, asked one at a time: before each, the
+        judge varies the inputs, poisons the outputs and keeps the outputs the plan says
+        (``timed_calls``), here, while the candidate's process is stopped. The samples are
+        the process's own; ``walls`` the same calls on the judge's clock, round trips
+        included (``trip_ms`` is a round trip's own cost)."""
+        setup, _, finish = timed_calls.calling(None, sets, sizes, poisons, plan)
+        self.box.call("sets", [(_shared(i), _shared(o)) for i, o in sets], dict(sizes))
+        samples, walls = [], []
+        for c in range(warmup + reps):
+            k = setup()
+            _settle(next(iter(sets[k][1].values())))
+            _, ms = self.box.call("step", k)
+            if not (isinstance(ms, float) and 0 < ms < float("inf")):
+                raise CandidateFault("the candidate process answered a timed call with "
+                                     "something other than its sample")
+            if c >= warmup:
+                samples.append(ms)
+                walls.append(self.box.last_wall_ms)
+        finish()
+        self.walls = walls
         return samples
 
-    def batch(self, ins: dict, outs: dict, sizes: dict, n: int) -> float:
-        """Seconds, on the judge's clock, of ``n`` calls back to back and a device sync."""
-        sent_in, sent_out = _shared(ins), _shared(outs)
-        start = time.perf_counter()
-        self.box.call("batch", sent_in, sent_out, dict(sizes), n)
-        return time.perf_counter() - start
+    @property
+    def trip_ms(self) -> float:
+        return self.box.trip_ms
 
 
 def _shared(tensors: dict) -> dict:

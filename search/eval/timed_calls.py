@@ -10,15 +10,15 @@ any key, and patching a kept answer where the inputs changed costs the whole
 computation. (An edit of one element a call was beaten by kernels that compared every
 input element with a kept copy and recomputed only the row the edit touched.)
 
-The factors are a window, at an offset drawn per call, into a random sequence made from
-a seed in the candidate's process and again in the judge's (the same generator on the
-same device), so nothing the candidate could alter is shared for them. The judge draws
-the seed, the offsets and, for every set, one timed call whose outputs the candidate's
-process copies aside (into tensors the judge owns) before the next call; which call is
-the judge's secret, so a kernel cannot compute honestly only where it will be checked.
-The judge computes each set's inputs as they were at that call, the float64 oracle of
-them, and compares; and the inputs as they are after the last call must be exactly the
-pristine ones times the last call's factors.
+The judge does all of this in its own process, between the calls: the candidate's process
+is asked for one call at a time (``sandbox.RemoteKernel.time``) and is stopped between
+them, so it never holds the factors, their seed, or which calls are kept; it cannot tell
+a kept call from another before it is made, nor forge its inputs. The judge draws the
+seed, the offsets of the window into each factor sequence and, for every set, one timed
+call whose outputs it copies aside once that call has returned. It computes each set's
+inputs as they were at that call, the float64 oracle of them, and compares; and the
+inputs as they are after the last call must be exactly the pristine ones times the last
+call's factors.
 
 Inputs with a declared domain (indices, offsets, probabilities) keep their values: a
 factor could leave the domain. Ops whose inputs all have domains keep the alternation
@@ -46,12 +46,8 @@ class CallPlan:
     offsets: list = field(default_factory=list)    # per call: the window's offset
     snap_at: dict = field(default_factory=dict)    # set index -> call index kept
     snaps: dict = field(default_factory=dict)      # set index -> output tensors (the copies)
-    sequences: dict = field(default_factory=dict)  # name -> its factors, made once (judge)
-
-    def wire(self) -> dict:
-        """As the candidate's process receives it: call index -> where to copy the outputs."""
-        return {"names": list(self.names), "seed": self.seed, "offsets": list(self.offsets),
-                "snap": {c: self.snaps[k] for k, c in self.snap_at.items()}}
+    sequences: dict = field(default_factory=dict)  # name -> its factors, made once
+    pristine: list = field(default_factory=list)   # per set: its inputs as uploaded
 
 
 def varied_inputs(op: ir.Op, sizes: dict[str, int], dtype: str) -> list[str]:
@@ -70,14 +66,18 @@ def varied_inputs(op: ir.Op, sizes: dict[str, int], dtype: str) -> list[str]:
 
 
 def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup: int,
-         reps: int, device: str) -> CallPlan:
+         reps: int, device: str, pristine: list[dict] | None = None,
+         buffers: dict | None = None) -> CallPlan:
     """Factors for ``warmup + reps`` calls alternating over ``len(outs)`` sets, and for
     every set the call whose outputs are kept (a timed rep, not a warm-up), drawn from
-    the OS."""
+    the OS. ``pristine``: each set's inputs as uploaded, where the judge keeps a copy
+    (else ``calling`` copies the varied ones). ``buffers``: set index -> tensors to keep
+    outputs in, shared by the plans of one timing stage (each plan's kept outputs are
+    checked before the next plan's calls); filled here where missing."""
     rng = random.SystemRandom()
     calls = warmup + reps
     p = CallPlan(varied_inputs(op, sizes, dtype), rng.getrandbits(62),
-                 [rng.randrange(SPREAD) for _ in range(calls)])
+                 [rng.randrange(SPREAD) for _ in range(calls)], pristine=list(pristine or []))
     # each set's outputs at one of its timed calls (a set never checked could be computed
     # wrong at every call: it would halve the median and pass half the time)
     for k in range(len(outs)):
@@ -85,7 +85,10 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
             [c for c in range(calls) if c % len(outs) == k]
         if timed:
             p.snap_at[k] = rng.choice(timed)
-            p.snaps[k] = {t: v.clone() for t, v in outs[k].items()}
+            kept = {} if buffers is None else buffers
+            if k not in kept:
+                kept[k] = {t: v.new_empty(v.shape) for t, v in outs[k].items()}
+            p.snaps[k] = kept[k]
     return p
 
 
@@ -115,20 +118,19 @@ def vary(out, pristine, sequence, offset: int) -> None:
         torch.mul(src[whole:], window[:n - whole], out=dst[whole:])
 
 
-def inputs_at(wire: dict, ins: dict, pristine: dict, call: int, sequences: dict) -> None:
-    """``ins`` set to what the plan makes them at ``call`` (the candidate's side)."""
-    for name in wire["names"]:
-        vary(ins[name], pristine[name], sequences[name], wire["offsets"][call])
+def sequence(p: CallPlan, name: str, like) -> object:
+    """The factors of varied input ``name``, made once a plan."""
+    if name not in p.sequences:
+        p.sequences[name] = factors(p.seed, p.names.index(name), like)
+    return p.sequences[name]
 
 
 def expected_inputs(p: CallPlan, pristine: dict, call: int) -> dict:
-    """The judge's own copy of a set's inputs as they were at ``call``."""
+    """A set's inputs as they were at ``call``, made again from its pristine ones."""
     expected = dict(pristine)
-    for i, name in enumerate(p.names):
-        if name not in p.sequences:
-            p.sequences[name] = factors(p.seed, i, pristine[name])
-        expected[name] = pristine[name].clone()
-        vary(expected[name], pristine[name], p.sequences[name], p.offsets[call])
+    for name in p.names:
+        expected[name] = out = pristine[name].new_empty(pristine[name].shape)
+        vary(out, pristine[name], sequence(p, name, pristine[name]), p.offsets[call])
     return expected
 
 
@@ -153,36 +155,40 @@ def inputs_intact(ins: dict, expected: dict) -> str | None:
     return None
 
 
-def calling(fn, sets: list, sizes: dict, poisons: list, wire: dict | None):
-    """(setup, run, finish) for a timer over ``sets``, as the plan ``wire`` says: ``setup``
-    before each call keeps the previous call's outputs where asked, varies the next set's
-    inputs and poisons its outputs; ``finish`` keeps the last call's. The candidate's
-    process runs this for the judge; ``timing.LocalKernel`` runs it in-process. The sets'
-    inputs arrive pristine; their pristine values are copied here once."""
-    wire = wire or {"names": [], "seed": 0, "offsets": [], "snap": {}}
+def calling(fn, sets: list, sizes: dict, poisons: list, p: CallPlan | None):
+    """(setup, run, finish) over ``sets``, as the plan ``p`` says, all in the judge's
+    process: ``setup()`` before each call keeps the previous call's outputs where the
+    plan says, varies the next set's inputs and poisons its outputs, and returns that
+    set's index; ``run()`` calls ``fn`` on it (``timing.LocalKernel``; a
+    ``sandbox.RemoteKernel`` asks its candidate's process instead); ``finish()`` keeps
+    the last call's outputs. The sets' inputs arrive pristine."""
+    p = p or CallPlan()
     state = {"n": 0, "current": sets[0]}
-    names = wire["names"]
-    pristine = [{n: ins[n].clone() for n in names} for ins, _ in sets]
-    sequences = {n: factors(wire["seed"], i, sets[0][0][n]) for i, n in enumerate(names)}
+    pristine = []
+    for k, (ins, _) in enumerate(sets):
+        kept = p.pristine[k] if k < len(p.pristine) else {}
+        pristine.append({n: kept[n] if n in kept else ins[n].clone() for n in p.names})
 
     def keep(c: int) -> None:
-        kept = wire["snap"].get(c)
-        if kept is not None:
-            outs = sets[c % len(sets)][1]
-            for t, v in kept.items():
-                v.copy_(outs[t])
+        k = c % len(sets)
+        if p.snap_at.get(k) == c:
+            for t, v in p.snaps[k].items():
+                v.copy_(sets[k][1][t])
 
-    def setup() -> None:
+    def setup() -> int:
         c = state["n"]
         state["n"] += 1
         if c:
             keep(c - 1)
         k = c % len(sets)
         state["current"] = sets[k]
-        if names and c < len(wire["offsets"]):
-            inputs_at(wire, sets[k][0], pristine[k], c, sequences)
+        if c < len(p.offsets):
+            for name in p.names:
+                like = pristine[k][name]
+                vary(sets[k][0][name], like, sequence(p, name, like), p.offsets[c])
         for t, dt, variant in poisons:
             corr.poison(sets[k][1][t], dt, variant)
+        return k
 
     def run() -> None:
         ins, outs = state["current"]

@@ -12,8 +12,11 @@ would hold the device for over ``CUT_OVER_MS``, is ranked by that one run
 
 Before timing, the kernel's bench-size output is checked against a float64
 oracle (the spec's baseline run on float64 inputs, on the device), so a kernel
-cannot be right on small cases and skip work at the bench size. The outputs are
-re-poisoned before every timed run and checked again after the last one.
+cannot be right on small cases and skip work at the bench size. Every timed call
+sees inputs no call saw before, and outputs kept at calls the judge draws in secret
+are checked (``timed_calls``). The candidate's process times each call, and the
+judge times the same call's round trip: a sample below what the judge's clock shows
+is not believed (``judged_calls``).
 
 A candidate faster than the memory-traffic floor (``floor``) is not believed.
 """
@@ -31,7 +34,7 @@ from kdsl import baseline, cases, dtypes, ir
 
 from . import correctness as corr
 from . import device_lock
-from . import floor, timed_calls
+from . import floor, threads, timed_calls
 from .floor import bench_traffic_bytes, copy_bandwidth
 from .timers import Timer, default_timer
 
@@ -150,7 +153,7 @@ def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
     if key not in cache:
         with device_lock.shared(device, waited):
             tensors = corr.fresh_inputs(op, case.dtype, case.inputs, device)
-        with torch.no_grad():
+        with torch.no_grad(), threads.timed_work():
             run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
             with hold():
                 samples = timer(run, warmup=config.warmup, reps=config.reps)
@@ -228,30 +231,51 @@ def _arg_output(op: ir.Op, name: str) -> bool:
         (isinstance(st.value, ir.Collective) and st.value.op in ("argsort", "argtopk"))
 
 
+# elements compared at a time: a float64 temporary of a whole bench output is a fresh
+# allocation whose pages the CPU faults in one by one (ten of them per comparison of a 16M-
+# element output took 0.48 s on the 2-core VM, against 0.03 s in chunks that stay in cache);
+# on a GPU, chunks bound the comparison's memory beside the bench tensors
+COMPARE_CHUNK = {"cpu": 1 << 18, "cuda": 1 << 25}
+
+
 def close_on_device(op: ir.Op, dtype: str, outs: dict, ref: dict) -> tuple[bool | None, float]:
     """(all within tolerance?, max abs error), on the device; None when only compare can tell."""
-    import torch
     worst = 0.0
     for t in op.outputs:
         g, r = outs[t.name], ref[t.name]
         if _arg_output(op, t.name) or tuple(g.shape) != tuple(r.shape):
             return None, worst
-        if g.is_floating_point() or r.is_floating_point():
-            rtol, atol = op.tolerance.for_dtype(dtype)
-            wide = _judged_in(r.dtype if r.is_floating_point() else g.dtype, g.dtype)
-            gw, rw = g.to(wide), r.to(wide)
-            diff = (gw - rw).abs()
-            # where the reference is infinite only the same infinity will do (inf <= inf
-            # would pass anything)
-            ok = (rw.isfinite() & (diff <= atol + rtol * rw.abs())) | (gw == rw) | \
-                (gw.isnan() & rw.isnan())
-            if not bool(ok.all()):
+        chunk = COMPARE_CHUNK["cuda" if g.is_cuda else "cpu"]
+        g, r = g.reshape(-1), r.reshape(-1)
+        for at in range(0, g.numel(), chunk):
+            ok, error = _close(op, dtype, g[at:at + chunk], r[at:at + chunk])
+            if not ok:
                 return False, worst
-            if diff.numel():  # the largest finite error, without gathering the finite ones
-                worst = max(worst, float(torch.where(diff.isfinite(), diff, 0).max()))
-        elif not bool((g.long() == r.long()).all()):
-            return False, worst
+            worst = max(worst, error)
     return True, worst
+
+
+def _close(op: ir.Op, dtype: str, g, r) -> tuple[bool, float]:
+    """One chunk of an output against the oracle's: (all close?, the largest finite error).
+    The common case in a few passes: every element within a finite bound; the rest (an
+    infinite or NaN reference, a failure) by the exact rule."""
+    import torch
+    if not (g.is_floating_point() or r.is_floating_point()):
+        return bool((g.long() == r.long()).all()), 0.0
+    rtol, atol = op.tolerance.for_dtype(dtype)
+    wide = _judged_in(r.dtype if r.is_floating_point() else g.dtype, g.dtype)
+    gw, rw = g.to(wide), r.to(wide)
+    diff = torch.sub(gw, rw).abs_()
+    bound = rw.abs().mul_(rtol).add_(atol).nan_to_num_(nan=-1.0, posinf=-1.0)
+    if bool((diff <= bound).all()):  # (a NaN difference is never <=)
+        return True, float(diff.max()) if diff.numel() else 0.0
+    # where the reference is infinite only the same infinity will do (inf <= inf would pass
+    # anything)
+    ok = (rw.isfinite() & (diff <= atol + rtol * rw.abs())) | (gw == rw) | \
+        (gw.isnan() & rw.isnan())
+    if not bool(ok.all()):
+        return False, 0.0
+    return True, float(torch.where(diff.isfinite(), diff, 0).max())
 
 
 def bench_judge(op, case, ins, outs, ref, variant, device,
@@ -340,53 +364,56 @@ class LocalKernel:
         finish()
         return samples
 
-    batch = None  # no outside view of a function this process runs itself
+    walls = None  # no round trips to time: the function runs in this process
 
 
 def as_kernel(kernel, timer: Timer):
     return kernel if hasattr(kernel, "time") else LocalKernel(kernel, timer)
 
 
-# the outside view: batches of calls on the judge's clock, about OUTSIDE_BATCH_MS long; they
-# contradict the candidate's median when they exceed OUTSIDE_RATIO times it, by more than
-# OUTSIDE_SLACK_MS a batch (a busy host's scheduling) and OUTSIDE_ALLOWANCE_MS a call. The
-# ratio is wide: on the 2-core VM with two workers, honest C kernels' batches ran 2.4-7.2x
-# their timed medians (the other worker's threads on the same cores, at other moments);
-# a claim ten times too fast is still caught, and the floor judges the rest
-OUTSIDE_BATCH_MS = 50.0
-OUTSIDE_MAX_CALLS = 1000
-OUTSIDE_RATIO = 10.0
-OUTSIDE_SLACK_MS = 10.0
-OUTSIDE_ALLOWANCE_MS = 0.05
-OUTSIDE_TRIES = 3
+# The judge's clock. Every timed call of a candidate is a round trip of its own, and the
+# judge times it (``RemoteKernel.walls``): the call took at least that wall less what a round
+# trip costs by itself, which the judge measured as the median of a few steps that call
+# nothing, asked of the process before any candidate code was loaded (``trip_ms``; on a GPU
+# it holds the timer's fixed head start, a busy-wait of about 1 ms). Allowed on top of it:
+# TRIP_SLACK_MS and WALL_SLACK of the wall. Waking a process that waited longer costs more (on
+# the 2-core VM a step's own cost grew from 0.08 ms around a call of nothing to 0.37 ms
+# around a 30 ms sleep), and so do a busy host's scheduling and a GPU launch the head start
+# did not hide. A sample the candidate's process reports below its call's bound is not
+# believed: the bound stands for it. So a process that forges its own timer (native code can
+# reach anything in it) gains at most that allowance a call; below it, the memory floor is
+# what judges. Where the claimed median is under a CLOCK_RATIO-th of the bounds' median, by
+# more than CLOCK_SLACK_MS, the timer itself is contradicted: timed again, then a verdict.
+TRIP_SLACK_MS = {"cpu": 0.5, "cuda": 0.2}
+WALL_SLACK = 0.02
+CLOCK_RATIO = 2.0
+CLOCK_SLACK_MS = 0.5
 
 
-def outside_view(kernel, sets, sizes, device, samples, hold) -> tuple[dict, str | None]:
-    """The judge's own clock on batches of the candidate's calls (warm, back to back),
-    against the median the candidate's process reported: (artifact, message if they
-    contradict). A call timed alone first sizes the batches, so a median claimed far too
-    low does not make them long; the best of a few batches is kept (interference only
-    ever lengthens one)."""
-    if getattr(kernel, "batch", None) is None:
-        return {}, None
-    median = statistics.median(samples)
-    ins, outs = sets[0]
-    with hold():
-        trip = min(kernel.batch(ins, outs, sizes, 0) for _ in range(3))  # the round trip
-        one_ms = max(0.0, kernel.batch(ins, outs, sizes, 1) - trip) * 1e3
-        per = max(one_ms, median, 1e-3)
-        n = max(1, min(OUTSIDE_MAX_CALLS, int(OUTSIDE_BATCH_MS / per + 0.999)))
-        tries = OUTSIDE_TRIES if per * n * OUTSIDE_TRIES < 2000.0 else 1
-        wall = min(kernel.batch(ins, outs, sizes, n) for _ in range(tries))
-    batch_ms = max(0.0, wall - trip) * 1e3
-    art = {"outside_ms": round(batch_ms / n, 5), "outside_calls": n * tries,
-           "outside_trip_ms": round(trip * 1e3, 4)}
-    excess = batch_ms - OUTSIDE_RATIO * median * n
-    if excess > OUTSIDE_SLACK_MS + OUTSIDE_ALLOWANCE_MS * n:
-        return art, (f"suspect: the candidate's process reported a median of {median:.4g} ms "
-                     f"a call, but on the judge's clock its calls took {batch_ms / n:.4g} ms "
-                     f"each (the best of {tries} batches of {n})")
-    return art, None
+def judged_calls(kernel, samples: list[float], device: str = "cpu"
+                 ) -> tuple[list[float], dict, str | None]:
+    """(each sample, never below what the judge's clock shows its call took; artifact;
+    message if the clock contradicts the candidate's timer). A kernel run in this process
+    (``LocalKernel``) has no walls: its samples stand."""
+    walls = getattr(kernel, "walls", None)
+    if not walls or len(walls) != len(samples):
+        return list(samples), {}, None
+    allow = kernel.trip_ms + TRIP_SLACK_MS[device]
+    bounds = [max(0.0, w * (1 - WALL_SLACK) - allow) for w in walls]
+    believed = [max(s, b) for s, b in zip(samples, bounds)]
+    claimed, seen = statistics.median(samples), statistics.median(bounds)
+    art = {"judge_clock_ms": round(seen, 5), "step_trip_ms": round(kernel.trip_ms, 4),
+           "step_overhead_ms": round(statistics.median(w - s for w, s in zip(walls, samples)),
+                                     4)}
+    if believed != list(samples):
+        art["claimed_ms"] = [round(x, 5) for x in samples]
+    if seen > CLOCK_RATIO * claimed + CLOCK_SLACK_MS:
+        return believed, art, (
+            f"suspect: the candidate's process reported a median of {claimed:.4g} ms a call, "
+            f"but on the judge's clock its calls took at least {seen:.4g} ms each (their "
+            f"round trips less {allow:.3g} ms and {WALL_SLACK:.0%}, a round trip's own cost "
+            f"and more)")
+    return believed, art, None
 
 
 # while a point is timed its inputs and outputs are held several times over for each input
@@ -444,13 +471,13 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
             with lap("draw"):
                 case = bench_case(op, point, dtype, 1)
         with lap("inputs"), device_lock.shared(device, arts):
-            ins = corr.fresh_inputs(op, dtype, case.inputs, device)
+            ins = corr.fresh_inputs(op, dtype, case.inputs, device, shared=True)
             # the inputs as uploaded, for the checks that the kernel left them intact: a
             # second upload, or, where the whole stage holds the GPU (a 5 GB table), a copy
             pristine = {k: v.clone() for k, v in ins.items()} if keep_inputs else \
                 corr.fresh_inputs(op, dtype, case.inputs, device)
         with lap("first_run"), hold():  # compiled by the build already (its warm pass)
-            outs = corr.alloc_outputs(op, case.sizes, dtype, device, variant)
+            outs = corr.alloc_outputs(op, case.sizes, dtype, device, variant, shared=True)
             if not variant:  # the second set's outputs come from the timed runs alone
                 kernel(ins, outs, dict(case.sizes))
                 corr.sync(device)
@@ -469,12 +496,13 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     case = sets[0][0]
     poisons = [(t.name, op.dtype_of(t.name, dtype), 1) for t in op.outputs]
     pairs = [(ins, outs) for _, ins, outs, _ in sets]
+    kept_outputs: dict = {}  # where each plan keeps the outputs it checks
 
     def timed(warmup: int, reps: int):
         """Samples of one timing request, and its plan: fresh inputs for every call."""
         p = timed_calls.plan(op, case.sizes, dtype, [o for _, o in pairs], warmup, reps,
-                             device)
-        return kernel.time(pairs, case.sizes, warmup, reps, poisons, p.wire()), p
+                             device, [pristine for *_, pristine in sets], kept_outputs)
+        return kernel.time(pairs, case.sizes, warmup, reps, poisons, p), p
 
     def verified(p, check: bool) -> str | None:
         """The kept outputs against the oracle of their inputs; the inputs as edited."""
@@ -518,23 +546,20 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
                             f"baseline's {base.ms:.4g} ms")
     if message:
         return Timing(message, artifacts=arts)
+    samples, clock, contradiction = judged_calls(kernel, samples, device)
     time_ms = figure(samples, checked_plan, warmup, arts)
-    with lap("outside_view"):
-        outside, contradiction = outside_view(kernel, pairs, case.sizes, device, samples, hold)
     if contradiction:
-        # re-checked before it is rejected: the candidate's median and the judge's batches
-        # taken again, back to back. A busy host can slow the batches once (a process
-        # starting on the same cores); a median claimed too low is contradicted every time
+        # re-checked before it is rejected: timed again, back to back. A busy host can
+        # lengthen one request's round trips (a process starting on the same cores); a
+        # timer that reports less than its calls take is contradicted every time
         again, p, message = time_again()
         if message:
             return Timing(message, artifacts=arts)
-        arts["outside_first"] = contradiction
-        with lap("outside_view"):
-            outside, contradiction = outside_view(kernel, pairs, case.sizes, device, again,
-                                                  hold)
+        arts["clock_first"] = contradiction
+        again, clock, contradiction = judged_calls(kernel, again, device)
         if contradiction is None:
             samples, time_ms = again, figure(again, p, config.warmup, arts)
-    arts.update(outside)
+    arts.update(clock)
     with lap("floor"):
         nbytes = bench_traffic_bytes(op, case)
         bw = _bandwidth(bandwidth, device, nbytes, hold)
@@ -547,6 +572,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         again, p, message = time_again()
         if message:
             return Timing(message, artifacts=arts)
+        again = judged_calls(kernel, again, device)[0]
         arts["recheck_timings_ms"] = again
         below2 = floor.verdict(statistics.median(again), nbytes, bw, device)
         if below2 is None:  # the second measurement is believable: the first was not

@@ -1,0 +1,122 @@
+"""A candidate process taken over from inside (native code can reach the interpreter it runs
+in: the ELF walk from ``malloc`` to ``dlsym`` and the Python C API) against the timing stage.
+
+Such a process can forge its own timer, read anything it holds, and decide per call whether
+to work. The judge therefore keeps what would pay in its own process (the factors of the
+inputs, which calls are checked, the checks) and times every call's round trip on its own
+clock. These kernels run on ``fakeraw`` (no static guards: they stand for code already past
+them) and do their work slowly on purpose (``time.sleep``), so a forged figure would show.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fake_backend import QUICK, SOFTMAX, softmax_op
+from kdsl.search.candidate import Candidate
+from kdsl.search.executors import PoolExecutor
+from kdsl.search.jobs import EvalJob
+
+TIMED = dataclasses.replace(QUICK, time=True, warmup=1, reps=6, timeout_s=120.0)
+WORK_S = 0.03  # each honest call's work: far above a round trip's cost
+
+# the candidate's own timer replaced, in its own process, by one whose clock runs 50x slow
+FORGED_TIMER = """
+import time
+from kdsl.search.eval import timers
+_real = time.perf_counter
+_t0 = _real()
+timers._TIMERS["cpu"] = timers.CpuTimer(clock=lambda: _t0 + (_real() - _t0) / 50)
+"""
+
+SLOW_SOFTMAX = SOFTMAX.replace("def kernel(inputs, outputs, sizes):\n", f"""\
+def kernel(inputs, outputs, sizes):
+    import time
+    time.sleep({WORK_S})
+""")
+
+
+def job(source: str) -> EvalJob:
+    return EvalJob(softmax_op(), Candidate.of("fakeraw", source=textwrap.dedent(source)),
+                   TIMED)
+
+
+@pytest.fixture(scope="module")
+def results():
+    record = Path(tempfile.gettempdir(), f"kdsl-test-held-{os.getpid()}")
+    record.unlink(missing_ok=True)
+    sources = {
+        "honest": SLOW_SOFTMAX,
+        "forged timer": FORGED_TIMER + SLOW_SOFTMAX,
+        # works at every other call only, and says each call took almost nothing: checked
+        # at a call it skipped, it fails; checked only where it worked, those calls' walls
+        # are honest
+        "works at half its calls": FORGED_TIMER + SLOW_SOFTMAX.replace(
+            "    import time\n", "    import time\n"
+            "    global _n\n"
+            "    bench = (sizes.get('M'), sizes.get('N')) == (64, 128)\n"
+            "    _n = globals().get('_n', 0) + bench\n"
+            "    if bench and not _n % 2:\n"
+            "        return\n"),
+        # looks through everything its process holds for the judge's plan of the timed
+        # calls (which calls are checked, the factors' seed), and writes what it found
+        "looks for the plan": SOFTMAX.replace("def kernel(inputs, outputs, sizes):\n", f"""\
+def kernel(inputs, outputs, sizes):
+    import gc
+    found = set()
+    for o in gc.get_objects():
+        if type(o).__name__ == "CallPlan":
+            found.add("CallPlan")
+        elif isinstance(o, dict) and ("snap" in o or "snap_at" in o or
+                                      {{"seed", "offsets"}} <= set(o)):
+            found.add("a plan as a dict: " + ", ".join(sorted(map(str, o))[:6]))
+    with open({str(record)!r}, "a") as f:
+        f.write("".join(sorted(found)) + "|")
+"""),
+    }
+    with PoolExecutor(workers=1, initializer="fake_backend:register") as pool:
+        futures = {name: pool.submit(job(s)) for name, s in sources.items()}
+        out = {name: f.result(timeout=600) for name, f in futures.items()}
+    out["plan seen"] = record.read_text() if record.exists() else None
+    record.unlink(missing_ok=True)
+    return out
+
+
+def honest_ms(r) -> bool:
+    return r.time_ms is not None and r.time_ms >= WORK_S * 1e3 * 0.8
+
+
+def test_an_honest_slow_kernel_is_timed_as_it_is(results):
+    r = results["honest"]
+    assert r.ok, r.message
+    assert honest_ms(r) and r.time_ms < WORK_S * 1e3 * 3
+    assert "claimed_ms" not in r.artifacts  # its own timer stood
+    assert 0 < r.artifacts["step_trip_ms"] < 20
+
+
+def test_a_forged_timer_is_contradicted_by_the_judges_clock(results):
+    r = results["forged timer"]
+    assert not r.ok and r.stage == "timing", r.message
+    assert r.message.startswith("suspect: the candidate's process reported a median of")
+    assert r.time_ms is None or honest_ms(r)  # what is kept for the record is the judge's
+
+
+def test_a_kernel_working_at_some_calls_only_fails_or_gets_its_honest_time(results):
+    r = results["works at half its calls"]
+    if r.ok:
+        assert honest_ms(r), r.artifacts
+    else:
+        assert r.stage == "timing", r.message
+        assert ("wrong in a timed run" in r.message or "suspect" in r.message), r.message
+
+
+def test_the_candidates_process_never_holds_the_plan_of_its_timed_calls(results):
+    seen = results["plan seen"]
+    assert results["looks for the plan"].ok, results["looks for the plan"].message
+    assert seen is not None and seen.count("|") > 10  # it ran, in the timed calls too
+    assert set(seen.split("|")) == {""}, seen
