@@ -90,6 +90,8 @@ class PoolExecutor:
                  start_timeout_s: float = 180.0):
         """``initializer``: 'module:function' each worker calls at start (e.g. registering
         a test backend); it is imported after the worker's environment is set."""
+        from .eval.lockdown import not_dumpable
+        not_dumpable()  # what holds the run's results: its memory closed to candidates
         self.workers = workers
         self.initializer = initializer
         self.start_timeout_s = start_timeout_s

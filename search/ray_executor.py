@@ -139,6 +139,8 @@ class RayExecutor:
         added to every task's (e.g. ``{'env_vars': {'PYTHONPATH': ...}}``).
         ``timeout_s`` overrides the jobs' ``config.timeout_s``; ``start_timeout_s``
         bounds the wait for a worker (its start, its runtime_env, a free device)."""
+        from .eval.lockdown import not_dumpable
+        not_dumpable()  # what holds the run's results: its memory closed to candidates
         self.workers = max(1, workers)
         self.evaluate_fn = evaluate_fn
         self.timeout_s = timeout_s

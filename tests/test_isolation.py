@@ -341,36 +341,58 @@ def test_a_hung_candidate_dies_with_its_judge():
 def test_a_process_the_candidate_forks_dies_with_it(pool, leaves):
     """A forked child is outside the candidate's process, but not outside its process
     group, nor (if it leaves the group) outside its descendants: stopped with it between
-    requests, and killed with it at the end."""
+    requests, and killed with it at the end. (The candidate can write no file the test
+    could read: the child is found by the name it gives itself, while the job runs.)"""
+    import threading
     import time
-    record = Path(tempfile.gettempdir(), f"kdsl-test-forked-{os.getpid()}")
-    record.unlink(missing_ok=True)
+    marker = f"kdslfork{os.getpid() % 10000}{int(leaves)}"
     source = SOFTMAX.replace("def kernel(inputs, outputs, sizes):\n", f"""\
 def kernel(inputs, outputs, sizes):
-    import os, time
-    if not os.path.exists({str(record)!r}):
+    import ctypes, os, time
+    if not globals().get("forked"):
+        globals()["forked"] = True
         child = os.fork()
         if child == 0:
+            ctypes.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)  # PR_SET_NAME
             if {leaves!r}:
                 os.setsid()
             while True:
                 time.sleep(1)
-        with open({str(record)!r}, "w") as f:
-            f.write(str(child))
 """)
-    r = pool.submit(job(source, backend="fakeraw")).result(timeout=600)
+
+    def named() -> set[int]:
+        found = set()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    name, state = f.read().split("(", 1)[1].rsplit(")", 1)
+                if name == marker and state.split()[0] != "Z":
+                    found.add(int(pid))
+            except (OSError, IndexError):
+                pass
+        return found
+
+    seen, stop = set(), threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.update(named())
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        r = pool.submit(job(source, backend="fakeraw")).result(timeout=600)
+    finally:
+        stop.set()
+        watcher.join()
     assert r.ok, r.message
-    child = int(record.read_text())
-    record.unlink()
+    assert seen, "the candidate's child was never seen"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
+        if not named():
             return
-        with open(f"/proc/{child}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return
         time.sleep(0.1)
-    os.kill(child, 9)
+    for child in named():
+        os.kill(child, 9)
     raise AssertionError("the forked child outlived its candidate")

@@ -10,10 +10,7 @@ them) and do their work slowly on purpose (``time.sleep``), so a forged figure w
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -48,8 +45,6 @@ def job(source: str) -> EvalJob:
 
 @pytest.fixture(scope="module")
 def results():
-    record = Path(tempfile.gettempdir(), f"kdsl-test-held-{os.getpid()}")
-    record.unlink(missing_ok=True)
     sources = {
         "honest": SLOW_SOFTMAX,
         "forged timer": FORGED_TIMER + SLOW_SOFTMAX,
@@ -64,27 +59,21 @@ def results():
             "    if bench and not _n % 2:\n"
             "        return\n"),
         # looks through everything its process holds for the judge's plan of the timed
-        # calls (which calls are checked, the factors' seed), and writes what it found
-        "looks for the plan": SOFTMAX.replace("def kernel(inputs, outputs, sizes):\n", f"""\
+        # calls (which calls are checked, the factors' seed) at every call, and answers
+        # wrong once it finds one (it can write no file the test could read)
+        "looks for the plan": SOFTMAX.replace("def kernel(inputs, outputs, sizes):\n", """\
 def kernel(inputs, outputs, sizes):
     import gc
-    found = set()
     for o in gc.get_objects():
-        if type(o).__name__ == "CallPlan":
-            found.add("CallPlan")
-        elif isinstance(o, dict) and ("snap" in o or "snap_at" in o or
-                                      {{"seed", "offsets"}} <= set(o)):
-            found.add("a plan as a dict: " + ", ".join(sorted(map(str, o))[:6]))
-    with open({str(record)!r}, "a") as f:
-        f.write("".join(sorted(found)) + "|")
+        if type(o).__name__ == "CallPlan" or (isinstance(o, dict) and (
+                "snap" in o or "snap_at" in o or {"seed", "offsets"} <= set(o))):
+            outputs["y"].zero_()
+            return
 """),
     }
     with PoolExecutor(workers=1, initializer="fake_backend:register") as pool:
         futures = {name: pool.submit(job(s)) for name, s in sources.items()}
-        out = {name: f.result(timeout=600) for name, f in futures.items()}
-    out["plan seen"] = record.read_text() if record.exists() else None
-    record.unlink(missing_ok=True)
-    return out
+        return {name: f.result(timeout=600) for name, f in futures.items()}
 
 
 def honest_ms(r) -> bool:
@@ -116,7 +105,6 @@ def test_a_kernel_working_at_some_calls_only_fails_or_gets_its_honest_time(resul
 
 
 def test_the_candidates_process_never_holds_the_plan_of_its_timed_calls(results):
-    seen = results["plan seen"]
-    assert results["looks for the plan"].ok, results["looks for the plan"].message
-    assert seen is not None and seen.count("|") > 10  # it ran, in the timed calls too
-    assert set(seen.split("|")) == {""}, seen
+    r = results["looks for the plan"]
+    assert r.ok, r.message  # it answered right at every call, the timed ones included
+    assert len(r.artifacts["timings_ms"]) == TIMED.reps

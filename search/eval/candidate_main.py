@@ -70,6 +70,7 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
     confine.die_with_parent()
     os.setpgid(0, 0)  # a group of its own: the judge stops and kills what it forks with it
     confine.subreaper()  # and what leaves the group stays below it, where the judge looks
+    confinement = _lock_down(device)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import faulthandler
     faulthandler.enable()
@@ -78,7 +79,7 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
     import torch
     import torch.multiprocessing  # noqa: F401 - the shared-memory reductions for tensors
     _warm(device, torch)
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", os.getpid(), confinement))
     host = _Host(device)
     while True:
         try:
@@ -105,6 +106,28 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
         # a reply can hold tensors of this process; dropping them here lets the judge
         # free its memory (CUDA IPC counts references across processes)
         del reply, message
+
+
+def _lock_down(device: str) -> dict[str, str]:
+    """The process confined (``lockdown``) before anything of the candidate's loads; its
+    temporary files go to its private folder, the one it may write (with Triton's kernel
+    cache, where Triton compiles). ``KDSL_CONFINE=0`` leaves it unconfined (debugging)."""
+    import tempfile
+
+    from kdsl.backends.c.build import private_dir
+    private = str(private_dir(os.getpid()))
+    os.environ["TMPDIR"] = tempfile.tempdir = private
+    if os.environ.get("KDSL_CONFINE", "1") == "0":
+        os.makedirs(private, exist_ok=True)
+        return {"all": "off: KDSL_CONFINE=0"}
+    from .lockdown import lock_down
+    triton_cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
+        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+    try:
+        os.makedirs(triton_cache, exist_ok=True)
+    except OSError:
+        pass
+    return lock_down(private, writable=(triton_cache,))
 
 
 def _warm(device: str, torch) -> None:

@@ -85,6 +85,7 @@ def build(run: _Run) -> None:
     except sandbox.CandidateFault as e:
         raise StageFailed(str(e)) from None
     run.artifacts["sandbox_wait_s"] = round(time.perf_counter() - started, 3)
+    run.artifacts["confinement"] = dict(box.confinement)
     try:
         reply = box.call("load", run.backend, run.job.op, run.source, config.device,
                          _linked(run))

@@ -26,7 +26,7 @@ import signal
 import tempfile
 import time
 
-from . import candidate_main, confine, replies, timed_calls, zygote
+from . import candidate_main, confine, lockdown, replies, timed_calls, zygote
 
 READY_TIMEOUT_S = 300.0
 ARENA_MAX_BYTES = 256 << 20  # cases up to this size go through the arena
@@ -43,6 +43,7 @@ class CandidateFault(Exception):
 
 class Sandbox:
     def __init__(self, device: str, memory_mb: int | None):
+        lockdown.not_dumpable()  # this process is a judge: its memory closed to candidates
         self.device, self.memory_mb = device, memory_mb
         self._ctx = zygote.context()
         fd, self.log_path = tempfile.mkstemp(prefix="kdsl-candidate-", suffix=".log")
@@ -58,6 +59,7 @@ class Sandbox:
         self.started = time.monotonic()
         self.last_wall_ms = 0.0  # the latest request's round trip, on the judge's clock
         self.trip_ms = 0.0       # a step's own cost, measured before any candidate code
+        self.confinement: dict = {}  # what the process gave up (``lockdown``), as it says
 
     @property
     def kind(self) -> tuple:
@@ -70,7 +72,7 @@ class Sandbox:
         if not self.conn.poll(READY_TIMEOUT_S):
             raise CandidateFault(f"the candidate process was not ready after "
                                  f"{READY_TIMEOUT_S:g}s")
-        tag, self.pid = self._receive()
+        tag, self.pid, self.confinement = self._receive()
         assert tag == "ready", tag
         self._signal(signal.SIGSTOP)
         from .device_lock import shared

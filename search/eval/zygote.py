@@ -20,8 +20,8 @@ import os
 import sys
 
 # imported in the server, before any fork (the order matters: torch first)
-PRELOAD = ["torch", "torch.multiprocessing", "numpy", "kdsl.backends",
-           "kdsl.search.eval.candidate_main"]
+PRELOAD = ["kdsl.search.eval.undumpable", "torch", "torch.multiprocessing", "numpy",
+           "kdsl.backends", "kdsl.search.eval.candidate_main"]
 DEVICE_BOUND = ("triton",)  # never imported before the candidate's environment is set
 
 _CONTEXT = None

@@ -1,0 +1,240 @@
+"""What a candidate's process gives up before any candidate code is loaded (Linux).
+
+The candidate's code runs as the same user as the judge (on the machines kdsl runs on,
+root), and native code can reach anything its process can (the ELF walk from ``malloc``
+to ``dlsym`` to the Python C API passes every static guard). So the process itself is
+confined, in layers, each tried and reported on its own (``lock_down`` returns what held):
+
+- **filesystem**: a mount namespace of its own in which every mount is read-only but its
+  private folder (its builds and temporary files), shared memory and the kernel's virtual
+  file systems: nothing it writes can reach the kdsl sources, the measurement cache, a
+  run's records or another candidate's build. (On a GPU, Triton's kernel cache stays
+  writable: Triton compiles there.)
+- **seccomp**: signals only to itself and its own process group (a stopped judge or
+  another worker's baseline would be slowed by a SIGSTOP); no ptrace, no reading or
+  writing another process's memory, no mounts or namespaces, no sockets but Unix ones.
+- **capabilities**: all dropped, the bounding set too, and no new privileges on exec.
+  Reading or writing another process's memory (``/proc/PID/mem``, ptrace) then needs the
+  target to hold no capability the candidate lacks and to be dumpable: every process of a
+  root user holds capabilities, and the judge, the forkserver, the process that starts
+  the evaluations and every candidate (another's spare) are made not dumpable
+  (``not_dumpable``), which also covers a user without capabilities.
+
+Must run while the process has one thread (mount namespaces, seccomp filters and
+capabilities are per thread). Standard library only, like ``confine``.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+MOUNT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
+                 "noatime": MS_NOATIME, "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
+# file systems left as they are: the kernel's views, devices, and shared memory (the
+# judge's tensors reach the candidate through /dev/shm)
+KEEP_WRITABLE_TYPES = {"proc", "sysfs", "devtmpfs", "devpts", "mqueue", "cgroup", "cgroup2",
+                       "securityfs", "debugfs", "tracefs", "pstore", "bpf", "hugetlbfs",
+                       "configfs", "fusectl", "binfmt_misc", "autofs", "efivarfs"}
+KEEP_WRITABLE_POINTS = ("/dev", "/proc", "/sys", "/dev/shm", "/run/shm")
+
+_libc = None
+
+
+def _c():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def not_dumpable() -> None:
+    """This process's memory closed to any process without ``CAP_SYS_PTRACE``, whatever
+    its user (a judge, the forkserver, a candidate before its code loads)."""
+    try:
+        _c().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def lock_down(private: str, writable: tuple[str, ...] = ()) -> dict[str, str]:
+    """Confine this process; ``private`` (created here) and ``writable`` stay writable.
+    Returns {layer: 'on' | why not}."""
+    report = {}
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+    if threads != 1:
+        return {layer: f"off: the process has {threads} threads"
+                for layer in ("filesystem", "seccomp", "capabilities")}
+    not_dumpable()
+    os.makedirs(private, exist_ok=True)
+    for layer, step in (("filesystem", lambda: read_only_filesystem((private, *writable))),
+                        ("seccomp", lambda: install_seccomp(os.getpid())),
+                        ("capabilities", drop_capabilities)):
+        try:
+            step()
+            report[layer] = "on"
+        except (OSError, ValueError, AttributeError) as e:
+            report[layer] = f"off: {e}"
+    return report
+
+
+# ---- the filesystem ----------------------------------------------------------
+
+def mounts() -> list[tuple[str, str, set[str]]]:
+    """(mount point, file system type, per-mount options) of this namespace."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            point = fields[4].encode().decode("unicode_escape")
+            out.append((point, right.split()[0], set(fields[5].split(","))))
+    return out
+
+
+def read_only_filesystem(writable: tuple[str, ...]) -> None:
+    """A mount namespace of this process's own, every mount read-only but ``writable``."""
+    c = _c()
+    _check(c.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(c.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    for point, fstype, options in mounts():
+        if fstype in KEEP_WRITABLE_TYPES or point in KEEP_WRITABLE_POINTS or \
+                point.startswith(("/proc/", "/sys/", "/dev/")) or "ro" in options:
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for name, bit in MOUNT_OPTIONS.items():
+            if name in options:
+                flags |= bit
+        _check(c.mount(None, point.encode(), None, flags, None),
+               f"remount {point} read-only")
+    for path in writable:  # bound onto themselves (a bind takes its source's read-only
+        if os.path.isdir(path):  # flag), then that one mount made writable again
+            p = path.encode()
+            _check(c.mount(p, p, None, MS_BIND, None), f"bind {path}")
+            _check(c.mount(None, p, None, MS_REMOUNT | MS_BIND, None), f"remount {path} rw")
+
+
+# ---- seccomp -------------------------------------------------------------------
+
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+AUDIT_ARCH_I386 = 0x40000003
+X32_BIT = 0x40000000
+SYSCALLS = {  # name: (x86_64, aarch64)
+    "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131),
+    "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
+    "pidfd_send_signal": (424, 424),
+    "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
+    "kcmp": (312, 272), "mount": (165, 40), "umount2": (166, 39), "unshare": (272, 97),
+    "setns": (308, 268), "pivot_root": (155, 41), "chroot": (161, 51),
+    "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430),
+    "fsmount": (432, 432), "socket": (41, 198),
+}
+# (pidfd_open and pidfd_getfd stay allowed: taking another process's descriptor is checked
+# like ptrace, which the dropped capabilities and not-dumpable processes already refuse, and
+# a GPU driver may pass descriptors that way; signalling through a pidfd is denied)
+DENIED = ("tkill", "pidfd_send_signal", "ptrace", "process_vm_readv", "process_vm_writev",
+          "kcmp", "mount", "umount2", "unshare", "setns", "pivot_root", "chroot",
+          "open_tree", "move_mount", "fsopen", "fsmount")
+TARGETED = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")  # first arg: a pid
+AF_UNIX = 1
+RET_ALLOW, RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
+LD_W_ABS, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06
+
+
+def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions: allow all but ``DENIED``; signals
+    only to ``pid``, its group (``-pid``, 0) or its own threads; sockets only AF_UNIX."""
+    audit, index = AUDIT_ARCH[arch], 0 if arch == "x86_64" else 1
+    nr = {name: numbers[index] for name, numbers in SYSCALLS.items()}
+    code: list = []  # (op, jt label | None, jf label | None, k) with labels resolved below
+    labels: dict[str, int] = {}
+
+    def emit(op, k, jt=None, jf=None):
+        code.append([op, jt, jf, k])
+
+    emit(LD_W_ABS, 4)                               # arch
+    emit(JEQ_K, audit, None, "deny")                # another ABI (i386 on x86_64): denied
+    emit(LD_W_ABS, 0)                               # syscall number
+    if arch == "x86_64":
+        emit(JGE_K, X32_BIT, "deny", None)          # the x32 ABI
+    for name in DENIED:
+        emit(JEQ_K, nr[name], "deny", None)
+    for name in TARGETED:
+        emit(JEQ_K, nr[name], "target", None)
+    emit(JEQ_K, nr["socket"], "socket", None)
+    emit(RET_K, RET_ALLOW)
+    labels["target"] = len(code)
+    emit(LD_W_ABS, 16)                              # args[0], low word (a pid_t)
+    emit(JEQ_K, pid, "allow", None)
+    emit(JEQ_K, (-pid) & 0xFFFFFFFF, "allow", None)  # kill(-pid): its own group
+    emit(JEQ_K, 0, "allow", "deny")                 # kill(0): its own group
+    labels["socket"] = len(code)
+    emit(LD_W_ABS, 16)                              # the domain
+    emit(JEQ_K, AF_UNIX, "allow", "deny")
+    labels["allow"] = len(code)
+    emit(RET_K, RET_ALLOW)
+    labels["deny"] = len(code)
+    emit(RET_K, RET_EPERM)
+    out = []
+    for i, (op, jt, jf, k) in enumerate(code):
+        jump = [0 if j is None else labels[j] - i - 1 for j in (jt, jf)]
+        if not all(0 <= j < 256 for j in jump):
+            raise ValueError("seccomp program: a jump out of range")
+        out.append((op, jump[0], jump[1], k))
+    return out
+
+
+def install_seccomp(pid: int) -> None:
+    arch = platform.machine()
+    if arch not in AUDIT_ARCH:
+        raise ValueError(f"no seccomp filter for {arch}")
+    program = seccomp_program(pid, arch)
+    raw = b"".join(struct.pack("HBBI", *ins) for ins in program)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = SockFprog(len(program), ctypes.addressof(buf))
+    c = _c()
+    _check(c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    _check(c.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0),
+           "prctl(PR_SET_SECCOMP)")
+
+
+# ---- capabilities --------------------------------------------------------------
+
+CAPSET = {"x86_64": 126, "aarch64": 91}
+CAP_VERSION_3 = 0x20080522
+
+
+def drop_capabilities() -> None:
+    """Every capability gone from this thread, for good (the bounding set too)."""
+    c = _c()
+    _check(c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    for cap in range(64):
+        if c.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+            _check(-1, f"prctl(PR_CAPBSET_DROP, {cap})")
+    number = CAPSET.get(platform.machine())
+    if number is None:
+        raise ValueError(f"no capset number for {platform.machine()}")
+    header = (ctypes.c_uint32 * 2)(CAP_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable}, all zero
+    _check(c.syscall(number, header, data), "capset")

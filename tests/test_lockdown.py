@@ -1,0 +1,120 @@
+"""The candidate's process confined at the OS level (``search/eval/lockdown.py``).
+
+A kernel on ``fakeraw`` (no static guards: it stands for native code that already reached
+the interpreter) tries what a process running as the judge's user could do to the judge,
+the forkserver, the sources and the records, and reports what worked by raising. Each
+layer is asserted where the machine lets it be set up (a container without
+``CAP_SYS_ADMIN`` refuses the mount namespace: the layer then says why it is off).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fake_backend import QUICK, load
+from kdsl.search.candidate import Candidate
+from kdsl.search.eval import lockdown
+from kdsl.search.executors import PoolExecutor
+from kdsl.search.jobs import EvalJob
+
+OUTSIDE = Path(tempfile.gettempdir(), f"kdsl-test-lockdown-{os.getpid()}")
+REPO_FILE = Path(lockdown.__file__).with_name("lockdown-probe.txt")
+
+ESCAPES = f'''
+import os, socket
+
+
+def kernel(inputs, outputs, sizes):
+    zygote = os.getppid()
+    with open(f"/proc/{{zygote}}/stat") as f:
+        judge = int(f.read().rsplit(")", 1)[1].split()[1])
+    done, refused = [], []
+
+    def attempt(name, action):
+        try:
+            action()
+            done.append(name)
+        except OSError as e:
+            refused.append(f"{{name}}={{type(e).__name__}}")
+
+    def write(path):
+        with open(path, "w") as f:
+            f.write("written by a candidate")
+
+    attempt("write_outside", lambda: write({str(OUTSIDE)!r}))
+    attempt("write_sources", lambda: write({str(REPO_FILE)!r}))
+    attempt("write_own_tmp", lambda: write(os.path.join(os.environ["TMPDIR"], "mine")))
+    attempt("judge_memory", lambda: open(f"/proc/{{judge}}/mem", "rb").close())
+    attempt("server_memory", lambda: open(f"/proc/{{zygote}}/mem", "rb").close())
+    attempt("signal_judge", lambda: os.kill(judge, 0))
+    attempt("signal_own_group", lambda: os.kill(0, 0))
+    attempt("inet_socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
+    attempt("unix_socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close())
+    raise RuntimeError(f"done={{sorted(done)}} refused={{sorted(refused)}}")
+'''
+
+
+@pytest.fixture(scope="module")
+def result():
+    OUTSIDE.unlink(missing_ok=True)
+    REPO_FILE.unlink(missing_ok=True)
+    with PoolExecutor(workers=1, initializer="fake_backend:register") as pool:
+        r = pool.submit(EvalJob(load("softmax"), Candidate.of(
+            "fakeraw", source=textwrap.dedent(ESCAPES)), QUICK)).result(timeout=600)
+    yield r
+    OUTSIDE.unlink(missing_ok=True)
+    REPO_FILE.unlink(missing_ok=True)
+
+
+def layer(r, name: str) -> str:
+    return r.artifacts.get("confinement", {}).get(name, "missing")
+
+
+def done(r) -> set[str]:
+    text = r.message.split("done=", 1)[1].split(" refused=", 1)[0]
+    return set(eval(text))  # noqa: S307 - the list the test's own kernel printed
+
+
+def test_every_layer_is_reported(result):
+    conf = result.artifacts["confinement"]
+    assert set(conf) == {"filesystem", "seccomp", "capabilities"}, conf
+    assert all(v == "on" or v.startswith("off: ") for v in conf.values()), conf
+
+
+def test_the_candidate_writes_only_its_own_folder(result):
+    if layer(result, "filesystem") != "on":
+        pytest.skip(f"no mount namespace here: {layer(result, 'filesystem')}")
+    assert "write_own_tmp" in done(result), result.message
+    assert not {"write_outside", "write_sources"} & done(result), result.message
+    assert not OUTSIDE.exists() and not REPO_FILE.exists()
+
+
+def test_the_judges_and_the_servers_memory_are_closed(result):
+    if layer(result, "capabilities") != "on":
+        pytest.skip(f"capabilities kept: {layer(result, 'capabilities')}")
+    assert not {"judge_memory", "server_memory"} & done(result), result.message
+
+
+def test_signals_reach_only_its_own_group_and_sockets_are_local(result):
+    if layer(result, "seccomp") != "on":
+        pytest.skip(f"no seccomp filter here: {layer(result, 'seccomp')}")
+    assert {"signal_own_group", "unix_socket"} <= done(result), result.message
+    assert not {"signal_judge", "inet_socket"} & done(result), result.message
+
+
+@pytest.mark.parametrize("arch", sorted(lockdown.AUDIT_ARCH))
+def test_the_seccomp_program_is_well_formed(arch):
+    program = lockdown.seccomp_program(4242, arch)
+    assert len(program) < 80
+    for i, (code, jt, jf, k) in enumerate(program):
+        assert i + 1 + max(jt, jf) < len(program) or code == lockdown.RET_K
+    returns = {k for code, _, _, k in program if code == lockdown.RET_K}
+    assert returns == {lockdown.RET_ALLOW, lockdown.RET_EPERM}
+    compared = {k for code, _, _, k in program if code == lockdown.JEQ_K}
+    index = 0 if arch == "x86_64" else 1
+    assert {lockdown.SYSCALLS[n][index] for n in lockdown.DENIED} <= compared
+    assert {4242, (-4242) & 0xFFFFFFFF} <= compared
