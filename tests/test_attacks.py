@@ -107,7 +107,8 @@ SHARED_WORKER = [
     "cache_callable_object.py", "cache_keep_static.c", "cache_const_named_static.c",
     "cache_env_pointer.c", "cache_content_key.py", "cache_stack_slot.c",
     "async_pthread_after_return.c",
-    "clock_timer_patch.py", "clock_timer_constructor.c",
+    "clock_timer_patch.py", "clock_timer_constructor.c", "clock_elf_walk.c",
+    "clock_elf_walk_fast.c",
     "oracle_getframe_ref.py", "oracle_traceback_ref.py", "oracle_module_state.py",
     "oracle_pyrun_frames.c",
     "route_sys_modules_torch.py", "route_getattr_torch.py", "route_tensor_type_method.py",
@@ -118,7 +119,7 @@ SHARED_WORKER = [
     "shapes_large_problem.c", "shapes_triton_block.py",
 ]
 LOG_FLOODS = ["log_flood_module.py", "log_flood_constructor.c"]
-CONTROLS = ["ok_softmax.py", "ok_softmax.c", "ok_softmax_triton.py"]
+CONTROLS = ["ok_softmax.py", "ok_softmax.c", "ok_softmax_triton.py", "ok_softmax_vector.c"]
 SUBSET_CONTROLS = ["ok_keep_last.py", "ok_keep_last.c"]
 # Where the stage is certain. Guards: what no allow-list admits (the Python C API, dlopen,
 # pthreads, omp_set_num_threads, setenv/getenv, write(2) as symbols of a C object; __builtins__,
@@ -145,6 +146,8 @@ STAGE = {
     ], "guards"),
     **dict.fromkeys(["shapes_wide_rows.py", "shapes_wide_rows.c", "shapes_triton_block.py"],
                     "correctness"),
+    # past every static guard by design, and correct: only the judge's clock can tell
+    "clock_elf_walk.c": "timing",
 }
 
 
@@ -209,7 +212,7 @@ def evaluate(pool: PoolExecutor, names: list[str], op=None) -> list:
 # the attack is on the clock itself.
 OUTSIDE_VIEW = "suspect: the candidate's process reported"
 ON_THE_CLOCK = {"clock_timer_patch.py", "clock_timer_constructor.c",
-                "async_pthread_after_return.c"}
+                "async_pthread_after_return.c", "clock_elf_walk.c", "clock_elf_walk_fast.c"}
 
 
 def outside_view_noise(name: str, r) -> None:
@@ -282,11 +285,13 @@ def test_subset_reading_kernel_accepted(shared, clean, name):
 
 # ---- every other attack: one shared executor, the canary after each ----------------------
 
-# Caches no check can see (C's dead stack) that never serve an answer now: every timed call's
-# inputs differ from every earlier call's in every row, so a key read from any of them never
-# comes round again and the kernel computes every call. Accepted, it must be as slow as the
-# honest kernel beside it (a third of its time or more): what is reported is real.
-NEVER_SERVED = {"cache_stack_slot.c": "ok_softmax.c"}
+# Attacks that may be accepted, but only at an honest figure: as slow as their honest twin
+# beside them (a third of its time or more), so what is reported is real. A cache no check can
+# see (C's dead stack) that never serves an answer now (every timed call's inputs differ from
+# every earlier call's in every row); a forged timer on a kernel so fast that the judge's
+# clock bounds its figure rather than contradicting it.
+NEVER_SERVED = {"cache_stack_slot.c": "ok_softmax.c",
+                "clock_elf_walk_fast.c": "ok_softmax_vector.c"}
 
 
 @pytest.mark.parametrize("name", params(SHARED_WORKER))

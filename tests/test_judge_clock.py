@@ -10,6 +10,7 @@ them) and do their work slowly on purpose (``time.sleep``), so a forged figure w
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import textwrap
 
 import pytest
@@ -84,7 +85,10 @@ def test_an_honest_slow_kernel_is_timed_as_it_is(results):
     r = results["honest"]
     assert r.ok, r.message
     assert honest_ms(r) and r.time_ms < WORK_S * 1e3 * 3
-    assert "claimed_ms" not in r.artifacts  # its own timer stood
+    # its own timer stands, give or take the steps: a step's calls share its wall, so the
+    # faster of two calls may be raised toward the slower one
+    claimed = r.artifacts.get("claimed_ms") or r.artifacts["timings_ms"]
+    assert r.time_ms <= statistics.median(claimed) * 1.05, r.artifacts
     assert 0 < r.artifacts["step_trip_ms"] < 20
 
 

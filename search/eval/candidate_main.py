@@ -15,11 +15,13 @@ Protocol on the pipe, one request and one reply at a time:
 - ``("prepare", shapes)``: compile ahead for these (sizes, dtype) pairs.
 - ``("run", ins, outs, sizes)``: one call -> ``("ok", None)``.
 - ``("sets", sets, sizes)``: the (ins, outs) input sets of the timed calls to come.
-- ``("step", k)``: one timed call on set ``k`` -> ``("ok", ms)``. The judge varies the
-  inputs, poisons the outputs and keeps the outputs it checks between steps, in its own
-  process, while this one is stopped; it times each step on its own clock too.
-- ``("probe",)``: a timed call of nothing -> ``("ok", ms)``: asked before any candidate
-  code is loaded, it gives the judge a step's own cost (pipe, signals, the timer).
+- ``("steps", [k, ...])``: one timed call on each set ``k`` in order -> ``("ok", [ms,
+  ...])``. The judge varies the inputs, poisons the outputs and keeps the outputs it
+  checks between steps, in its own process, while this one is stopped; it times each
+  step on its own clock too.
+- ``("probe", n)``: ``n`` timed calls of nothing -> ``("ok", [ms, ...])``: asked before
+  any candidate code is loaded, they give the judge a step's own cost (pipe, signals)
+  and a call's (the timer).
 - ``None``: exit.
 
 Any request may be answered ``("raised", text)`` (the candidate raised) or
@@ -199,25 +201,28 @@ class _Host:
         self.sets, self.sizes = [(dict(ins), dict(outs)) for ins, outs in sets], dict(sizes)
         return ("ok", None)
 
-    def _step(self, k):
-        ins, outs = self.sets[k]
-        handed = (dict(ins), dict(outs))
-        reply = self._timed(lambda: self.built.fn(ins, outs, dict(self.sizes)))
-        _check_handed(ins, outs, handed)
-        return reply
+    def _steps(self, ks):
+        """One timed call on each set of ``ks``, in order: their samples."""
+        out = []
+        for k in ks:
+            ins, outs = self.sets[k]
+            handed = (dict(ins), dict(outs))
+            out.append(self._timed(lambda: self.built.fn(ins, outs, dict(self.sizes))))
+            _check_handed(ins, outs, handed)
+        return ("ok", out)
 
-    def _probe(self):
-        return self._timed(lambda: None)
+    def _probe(self, n):
+        return ("ok", [self._timed(lambda: None) for _ in range(n)])
 
-    def _timed(self, fn):
-        """One call of ``fn`` on this process's own timer, and a device sync."""
+    def _timed(self, fn) -> float:
+        """One call of ``fn`` on this process's own timer, and a device sync: ms."""
         import torch
 
         from .timers import default_timer
         with torch.no_grad():
             (ms,) = default_timer(self.device)(fn, warmup=0, reps=1)
             self._sync()
-        return ("ok", float(ms))
+        return float(ms)
 
     def _call(self, ins, outs, sizes):
         handed = (dict(ins), dict(outs))

@@ -33,8 +33,9 @@ ARENA_MAX_BYTES = 256 << 20  # cases up to this size go through the arena
 ARENA_MIN_BYTES = 1 << 20
 ARENA_ALIGN = 256
 LOG_TAIL = 16000
-PROBES = 7  # timed calls of nothing, asked of a fresh process: the cost of a step itself
+PROBES = 7  # steps of timed calls of nothing, asked of a fresh process: what a step costs
 PROBES_KEPT = 5  # the last ones (the first calls of a timer can be slow: a CUDA flush buffer)
+PROBE_CALLS = 8  # calls in the longer probe step: a call's own cost apart from the step's
 
 
 class CandidateFault(Exception):
@@ -59,6 +60,7 @@ class Sandbox:
         self.started = time.monotonic()
         self.last_wall_ms = 0.0  # the latest request's round trip, on the judge's clock
         self.trip_ms = 0.0       # a step's own cost, measured before any candidate code
+        self.call_ms = 0.0       # and a timed call's own cost within a step (the timer)
         self.confinement: dict = {}  # what the process gave up (``lockdown``), as it says
 
     @property
@@ -77,18 +79,22 @@ class Sandbox:
         self._signal(signal.SIGSTOP)
         from .device_lock import shared
         with shared(self.device):  # (a GPU's probes use it: never beside others' timed runs)
-            self.trip_ms = self._probe()
+            self.trip_ms, self.call_ms = self._probe()
 
-    def _probe(self) -> float:
-        """The median cost of a step that calls nothing (the judge's clock less the
-        process's own sample), asked while the process is still clean: what a step's
-        round trip adds to a call, which no candidate code has had a chance to change."""
+    def _probe(self) -> tuple[float, float]:
+        """(a step's own cost, a timed call's), from steps of one call and of PROBE_CALLS
+        calls of nothing (the judge's clock less the process's own samples; medians),
+        asked while the process is still clean: what a step adds to its calls, which no
+        candidate code has had a chance to change."""
         import statistics
-        extra = []
+        extra = {1: [], PROBE_CALLS: []}
         for _ in range(PROBES):
-            _, ms = self.call("probe")
-            extra.append(max(0.0, self.last_wall_ms - ms))
-        return statistics.median(extra[-PROBES_KEPT:])
+            for n in extra:
+                _, got = self.call("probe", n)
+                extra[n].append(max(0.0, self.last_wall_ms - sum(got)))
+        one, many = (statistics.median(extra[n][-PROBES_KEPT:]) for n in (1, PROBE_CALLS))
+        call = max(0.0, (many - one) / (PROBE_CALLS - 1))
+        return max(0.0, one - call), call
 
     def call(self, *message):
         """Send one request; its reply, or CandidateFault for what went wrong."""
@@ -289,7 +295,9 @@ class RemoteKernel:
     def __init__(self, box: Sandbox):
         self.box = box
         self.arena = None  # one shared buffer, sent once, for the small cases
-        self.walls = None  # the latest timing request's calls on the judge's clock (ms)
+        self.walls = None  # the latest timing request's steps on the judge's clock (ms)
+        self.shares = None  # the calls in each timed call's step
+        self.sent = None  # which buffers the candidate's process holds now
 
     def __call__(self, ins: dict, outs: dict, sizes: dict) -> None:
         tensors = [*ins.values(), *outs.values()]
@@ -328,31 +336,46 @@ class RemoteKernel:
 
     def time(self, sets: list[tuple[dict, dict]], sizes: dict, warmup: int, reps: int,
              poisons: list[tuple[str, str, int]], plan=None) -> list[float]:
-        """Timed calls alternating between ``sets``, asked one at a time: before each, the
-        judge varies the inputs, poisons the outputs and keeps the outputs the plan says
-        (``timed_calls``), here, while the candidate's process is stopped. The samples are
-        the process's own; ``walls`` the same calls on the judge's clock, round trips
-        included (``trip_ms`` is a round trip's own cost)."""
-        setup, _, finish = timed_calls.calling(None, sets, sizes, poisons, plan)
-        self.box.call("sets", [(_shared(i), _shared(o)) for i, o in sets], dict(sizes))
-        samples, walls = [], []
-        for c in range(warmup + reps):
-            k = setup()
-            _settle(next(iter(sets[k][1].values())))
-            _, ms = self.box.call("step", k)
-            if not (isinstance(ms, float) and 0 < ms < float("inf")):
-                raise CandidateFault("the candidate process answered a timed call with "
-                                     "something other than its sample")
-            if c >= warmup:
-                samples.append(ms)
-                walls.append(self.box.last_wall_ms)
-        finish()
-        self.walls = walls
+        """Timed calls cycling over the buffers ``sets``, asked a step at a time: a step is
+        one call on each buffer, and before it the judge varies their inputs and poisons
+        their outputs, after it keeps the outputs the plan checks (``timed_calls``), here,
+        while the candidate's process is stopped. The samples are the process's own;
+        ``walls[i]`` is the judge's clock on the step of timed call i, ``shares[i]`` the
+        number of calls in that step (``trip_ms`` and ``call_ms``: a step's own cost and a
+        call's)."""
+        calls = timed_calls.Calls(None, sets, sizes, poisons, plan)
+        sent = [(tuple(map(id, i.values())), tuple(map(id, o.values()))) for i, o in sets]
+        if sent != self.sent:  # (mapped once a stage: each new mapping faults its pages in)
+            self.box.call("sets", [(_shared(i), _shared(o)) for i, o in sets], dict(sizes))
+            self.sent = sent
+        samples, walls, shares = [], [], []
+        total = warmup + reps
+        for first in range(0, total, len(sets)):
+            step = list(range(first, min(total, first + len(sets))))
+            ks = [calls.prepare(c) for c in step]
+            _settle(next(iter(sets[ks[-1]][1].values())))
+            _, got = self.box.call("steps", ks)
+            if not (isinstance(got, list) and len(got) == len(step) and
+                    all(isinstance(ms, float) and 0 < ms < float("inf") for ms in got)):
+                raise CandidateFault("the candidate process answered a step of timed calls "
+                                     "with something other than its samples")
+            wall = self.box.last_wall_ms
+            for c, ms in zip(step, got):
+                calls.keep(c)
+                if c >= warmup:
+                    samples.append(ms)
+                    walls.append(wall)
+                    shares.append(len(step))
+        self.walls, self.shares = walls, shares
         return samples
 
     @property
     def trip_ms(self) -> float:
         return self.box.trip_ms
+
+    @property
+    def call_ms(self) -> float:
+        return self.box.call_ms
 
 
 def _shared(tensors: dict) -> dict:

@@ -47,7 +47,15 @@ class CallPlan:
     snap_at: dict = field(default_factory=dict)    # set index -> call index kept
     snaps: dict = field(default_factory=dict)      # set index -> output tensors (the copies)
     sequences: dict = field(default_factory=dict)  # name -> its factors, made once
-    pristine: list = field(default_factory=list)   # per set: its inputs as uploaded
+    pristine: list = field(default_factory=list)   # per input set: its inputs as uploaded
+    buffers: int = 1                               # input/output buffers the calls cycle
+    bases: int = 1                                 # input sets (a buffer's is k % bases)
+
+    def buffer(self, call: int) -> int:
+        return call % self.buffers
+
+    def base(self, call: int) -> int:
+        return self.buffer(call) % self.bases
 
 
 def varied_inputs(op: ir.Op, sizes: dict[str, int], dtype: str) -> list[str]:
@@ -68,27 +76,29 @@ def varied_inputs(op: ir.Op, sizes: dict[str, int], dtype: str) -> list[str]:
 def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup: int,
          reps: int, device: str, pristine: list[dict] | None = None,
          buffers: dict | None = None) -> CallPlan:
-    """Factors for ``warmup + reps`` calls alternating over ``len(outs)`` sets, and for
-    every set the call whose outputs are kept (a timed rep, not a warm-up), drawn from
-    the OS. ``pristine``: each set's inputs as uploaded, where the judge keeps a copy
-    (else ``calling`` copies the varied ones). ``buffers``: set index -> tensors to keep
+    """Factors for ``warmup + reps`` calls cycling over the ``len(outs)`` input/output
+    buffers, and for every input set the call whose outputs are kept (a timed rep, not a
+    warm-up), drawn from the OS. ``pristine``: each input set's inputs as uploaded
+    (buffer k holds set k % len(pristine)); without it every buffer is a set of its own
+    and ``Calls`` copies its varied inputs. ``buffers``: set index -> tensors to keep
     outputs in, shared by the plans of one timing stage (each plan's kept outputs are
     checked before the next plan's calls); filled here where missing."""
     rng = random.SystemRandom()
     calls = warmup + reps
     p = CallPlan(varied_inputs(op, sizes, dtype), rng.getrandbits(62),
-                 [rng.randrange(SPREAD) for _ in range(calls)], pristine=list(pristine or []))
+                 [rng.randrange(SPREAD) for _ in range(calls)], pristine=list(pristine or []),
+                 buffers=len(outs), bases=len(pristine) if pristine else len(outs))
     # each set's outputs at one of its timed calls (a set never checked could be computed
     # wrong at every call: it would halve the median and pass half the time)
-    for k in range(len(outs)):
-        timed = [c for c in range(warmup, calls) if c % len(outs) == k] or \
-            [c for c in range(calls) if c % len(outs) == k]
+    for b in range(p.bases):
+        timed = [c for c in range(warmup, calls) if p.base(c) == b] or \
+            [c for c in range(calls) if p.base(c) == b]
         if timed:
-            p.snap_at[k] = rng.choice(timed)
+            p.snap_at[b] = rng.choice(timed)
             kept = {} if buffers is None else buffers
-            if k not in kept:
-                kept[k] = {t: v.new_empty(v.shape) for t, v in outs[k].items()}
-            p.snaps[k] = kept[k]
+            if b not in kept:
+                kept[b] = {t: v.new_empty(v.shape) for t, v in outs[b].items()}
+            p.snaps[b] = kept[b]
     return p
 
 
@@ -140,9 +150,9 @@ def restore(p: CallPlan, ins: dict, pristine: dict) -> None:
         ins[name].copy_(pristine[name])
 
 
-def last_call(p: CallPlan, k: int, nsets: int) -> int | None:
-    """The last call of set ``k`` in the request, None if it had none."""
-    calls = [c for c in range(len(p.offsets)) if c % nsets == k]
+def last_call(p: CallPlan, k: int) -> int | None:
+    """The last call on buffer ``k`` in the request, None if it had none."""
+    calls = [c for c in range(len(p.offsets)) if p.buffer(c) == k]
     return calls[-1] if calls else None
 
 
@@ -155,47 +165,61 @@ def inputs_intact(ins: dict, expected: dict) -> str | None:
     return None
 
 
-def calling(fn, sets: list, sizes: dict, poisons: list, p: CallPlan | None):
-    """(setup, run, finish) over ``sets``, as the plan ``p`` says, all in the judge's
-    process: ``setup()`` before each call keeps the previous call's outputs where the
-    plan says, varies the next set's inputs and poisons its outputs, and returns that
-    set's index; ``run()`` calls ``fn`` on it (``timing.LocalKernel``; a
-    ``sandbox.RemoteKernel`` asks its candidate's process instead); ``finish()`` keeps
-    the last call's outputs. The sets' inputs arrive pristine."""
-    p = p or CallPlan()
-    state = {"n": 0, "current": sets[0]}
-    pristine = []
-    for k, (ins, _) in enumerate(sets):
-        kept = p.pristine[k] if k < len(p.pristine) else {}
-        pristine.append({n: kept[n] if n in kept else ins[n].clone() for n in p.names})
+class Calls:
+    """The judge's side of one timing request over the buffers ``sets`` ((inputs, outputs)
+    pairs), as the plan ``p`` says, all in the judge's process: ``prepare(c)`` varies the
+    inputs of call ``c``'s buffer and poisons its outputs, ``keep(c)`` copies its outputs
+    aside if the plan checks that call. ``sequential()`` gives a timer's (setup, run,
+    finish) for calls made one after another here (``timing.LocalKernel``); a
+    ``sandbox.RemoteKernel`` prepares a step's calls, asks the candidate's process for
+    them, then keeps. The buffers' inputs arrive pristine."""
 
-    def keep(c: int) -> None:
-        k = c % len(sets)
-        if p.snap_at.get(k) == c:
-            for t, v in p.snaps[k].items():
-                v.copy_(sets[k][1][t])
+    def __init__(self, fn, sets: list, sizes: dict, poisons: list, p: CallPlan | None):
+        self.fn, self.sets, self.sizes, self.poisons = fn, sets, sizes, poisons
+        self.p = p or CallPlan(buffers=len(sets), bases=len(sets))
+        self.pristine = []
+        for k, (ins, _) in enumerate(sets):
+            base = k % self.p.bases
+            kept = self.p.pristine[base] if base < len(self.p.pristine) else {}
+            self.pristine.append({n: kept[n] if n in kept else ins[n].clone()
+                                  for n in self.p.names})
+        self.n = 0
 
-    def setup() -> int:
-        c = state["n"]
-        state["n"] += 1
-        if c:
-            keep(c - 1)
-        k = c % len(sets)
-        state["current"] = sets[k]
-        if c < len(p.offsets):
-            for name in p.names:
-                like = pristine[k][name]
-                vary(sets[k][0][name], like, sequence(p, name, like), p.offsets[c])
-        for t, dt, variant in poisons:
-            corr.poison(sets[k][1][t], dt, variant)
+    def prepare(self, c: int) -> int:
+        k = self.p.buffer(c)
+        ins, outs = self.sets[k]
+        if c < len(self.p.offsets):
+            for name in self.p.names:
+                like = self.pristine[k][name]
+                vary(ins[name], like, sequence(self.p, name, like), self.p.offsets[c])
+        for t, dt, variant in self.poisons:
+            corr.poison(outs[t], dt, variant)
         return k
 
-    def run() -> None:
-        ins, outs = state["current"]
-        fn(ins, outs, dict(sizes))
+    def keep(self, c: int) -> None:
+        b = self.p.base(c)
+        if self.p.snap_at.get(b) == c:
+            for t, v in self.p.snaps[b].items():
+                v.copy_(self.sets[self.p.buffer(c)][1][t])
 
-    def finish() -> None:
-        if state["n"]:
-            keep(state["n"] - 1)
+    def sequential(self):
+        state = {"current": self.sets[0]}
 
-    return setup, run, finish
+        def setup() -> int:
+            c = self.n
+            self.n += 1
+            if c:
+                self.keep(c - 1)
+            k = self.prepare(c)
+            state["current"] = self.sets[k]
+            return k
+
+        def run() -> None:
+            ins, outs = state["current"]
+            self.fn(ins, outs, dict(self.sizes))
+
+        def finish() -> None:
+            if self.n:
+                self.keep(self.n - 1)
+
+        return setup, run, finish

@@ -359,7 +359,8 @@ class LocalKernel:
         self.fn(ins, outs, sizes)
 
     def time(self, sets, sizes, warmup, reps, poisons, plan=None) -> list[float]:
-        setup, run, finish = timed_calls.calling(self.fn, sets, sizes, poisons, plan)
+        setup, run, finish = timed_calls.Calls(self.fn, sets, sizes, poisons,
+                                               plan).sequential()
         samples = self.timer(run, warmup=warmup, reps=reps, setup=setup)
         finish()
         return samples
@@ -371,20 +372,23 @@ def as_kernel(kernel, timer: Timer):
     return kernel if hasattr(kernel, "time") else LocalKernel(kernel, timer)
 
 
-# The judge's clock. Every timed call of a candidate is a round trip of its own, and the
-# judge times it (``RemoteKernel.walls``): the call took at least that wall less what a round
-# trip costs by itself, which the judge measured as the median of a few steps that call
-# nothing, asked of the process before any candidate code was loaded (``trip_ms``; on a GPU
-# it holds the timer's fixed head start, a busy-wait of about 1 ms). Allowed on top of it:
+# The judge's clock. A candidate's timed calls come in steps, a round trip each, and the
+# judge times every step (``RemoteKernel.walls``): its calls took at least that wall less
+# what a step and its calls cost by themselves, measured before any candidate code was
+# loaded as steps of calls of nothing (``trip_ms`` a step, ``call_ms`` a call: on a GPU the
+# timer's head start, a busy-wait of about 1 ms, and its L2 flush). Allowed on top of it:
 # TRIP_SLACK_MS and WALL_SLACK of the wall. Waking a process that waited longer costs more (on
 # the 2-core VM a step's own cost grew from 0.08 ms around a call of nothing to 0.37 ms
 # around a 30 ms sleep), and so do a busy host's scheduling and a GPU launch the head start
-# did not hide. A sample the candidate's process reports below its call's bound is not
-# believed: the bound stands for it. So a process that forges its own timer (native code can
-# reach anything in it) gains at most that allowance a call; below it, the memory floor is
-# what judges. Where the claimed median is under a CLOCK_RATIO-th of the bounds' median, by
-# more than CLOCK_SLACK_MS, the timer itself is contradicted: timed again, then a verdict.
-TRIP_SLACK_MS = {"cpu": 0.5, "cuda": 0.2}
+# did not hide. A sample the candidate's process reports below its call's share of the
+# bound is not believed: the share stands for it. So a process that forges its own timer
+# (native code can reach anything in it) gains at most the allowance over the calls of a
+# step (a step is one call on each input set: more calls would need more buffers, and a
+# fast kernel cycling over 13 of them ran 4x slower than on two, its inputs no longer in
+# cache: 0.45 against 0.11 ms). Where the claimed median is under a CLOCK_RATIO-th of the
+# bounds' median, by more than CLOCK_SLACK_MS, the timer itself is contradicted: timed
+# again, then a verdict.
+TRIP_SLACK_MS = {"cpu": 0.2, "cuda": 0.2}
 WALL_SLACK = 0.02
 CLOCK_RATIO = 2.0
 CLOCK_SLACK_MS = 0.5
@@ -392,27 +396,31 @@ CLOCK_SLACK_MS = 0.5
 
 def judged_calls(kernel, samples: list[float], device: str = "cpu"
                  ) -> tuple[list[float], dict, str | None]:
-    """(each sample, never below what the judge's clock shows its call took; artifact;
-    message if the clock contradicts the candidate's timer). A kernel run in this process
-    (``LocalKernel``) has no walls: its samples stand."""
+    """(each sample, never below its share of what the judge's clock shows its step took;
+    artifact; message if the clock contradicts the candidate's timer). A kernel run in
+    this process (``LocalKernel``) has no walls: its samples stand."""
     walls = getattr(kernel, "walls", None)
     if not walls or len(walls) != len(samples):
         return list(samples), {}, None
+    shares = getattr(kernel, "shares", None) or [1] * len(walls)
+    call_ms = getattr(kernel, "call_ms", 0.0)
     allow = kernel.trip_ms + TRIP_SLACK_MS[device]
-    bounds = [max(0.0, w * (1 - WALL_SLACK) - allow) for w in walls]
+    bounds = [max(0.0, (w * (1 - WALL_SLACK) - allow) / n - call_ms)
+              for w, n in zip(walls, shares)]
     believed = [max(s, b) for s, b in zip(samples, bounds)]
     claimed, seen = statistics.median(samples), statistics.median(bounds)
     art = {"judge_clock_ms": round(seen, 5), "step_trip_ms": round(kernel.trip_ms, 4),
-           "step_overhead_ms": round(statistics.median(w - s for w, s in zip(walls, samples)),
-                                     4)}
+           "step_call_ms": round(call_ms, 4), "calls_a_step": max(shares),
+           "step_overhead_ms": round(statistics.median(
+               w / n - s for w, n, s in zip(walls, shares, samples)), 4)}
     if believed != list(samples):
         art["claimed_ms"] = [round(x, 5) for x in samples]
     if seen > CLOCK_RATIO * claimed + CLOCK_SLACK_MS:
         return believed, art, (
             f"suspect: the candidate's process reported a median of {claimed:.4g} ms a call, "
             f"but on the judge's clock its calls took at least {seen:.4g} ms each (their "
-            f"round trips less {allow:.3g} ms and {WALL_SLACK:.0%}, a round trip's own cost "
-            f"and more)")
+            f"steps' round trips less {allow:.3g} ms and {WALL_SLACK:.0%}, a step's own "
+            f"cost and more)")
     return believed, art, None
 
 
@@ -507,8 +515,8 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     def verified(p, check: bool) -> str | None:
         """The kept outputs against the oracle of their inputs; the inputs as edited."""
         with lap("check_again"), hold():
-            return _verify(op, sets, p, device, where, hold) if check else \
-                _advance(sets, p)
+            return _verify(op, sets, pairs, p, device, where, hold) if check else \
+                _advance(sets, pairs, p)
 
     def time_again():
         """A second full timing request, checked: (samples, plan, failure or None)."""
@@ -608,7 +616,7 @@ def _bandwidth(given, device: str, nbytes: int, hold) -> float:
     return given if given is not None else copy_bandwidth(device, nbytes, hold=hold)
 
 
-def _verify(op, sets, p, device, where, hold) -> str | None:
+def _verify(op, sets, pairs, p, device, where, hold) -> str | None:
     """Each set's kept outputs against the float64 oracle of its inputs as they were at
     that call; then the inputs as they are now against what the plan made of them
     (``_advance``)."""
@@ -630,7 +638,7 @@ def _verify(op, sets, p, device, where, hold) -> str | None:
         if message:
             which = "" if not k else " (second input set)"
             return f"wrong in a timed run at the {where}{which}: {message}"
-    return _advance(sets, p)
+    return _advance(sets, pairs, p)
 
 
 def _varied_case(c, expected: dict, names: list) -> cases.Case:
@@ -639,12 +647,13 @@ def _varied_case(c, expected: dict, names: list) -> cases.Case:
     return cases.Case(c.shape, arrays)
 
 
-def _advance(sets, p) -> str | None:
-    """The inputs the kernel saw last must be exactly the pristine ones as the request's
-    last call of their set made them; then they are made pristine again, for the next
+def _advance(sets, pairs, p) -> str | None:
+    """The inputs each buffer saw last must be exactly its set's pristine ones as the
+    request's last call on it made them; then they are made pristine again, for the next
     request (which varies them from there)."""
-    for k, (_, ins, _, pristine) in enumerate(sets):
-        last = timed_calls.last_call(p, k, len(sets))
+    for k, (ins, _) in enumerate(pairs):
+        pristine = sets[k % len(sets)][3]
+        last = timed_calls.last_call(p, k)
         expected = pristine if last is None else timed_calls.expected_inputs(p, pristine, last)
         message = timed_calls.inputs_intact(ins, expected)
         if message:
