@@ -115,18 +115,24 @@ def summarize(curves: dict[str, dict[int, list[float]]]) -> dict:
     return out
 
 
-# the fastest distinct kernels of all runs re-measured before the target is set, and how often
+# the fastest distinct kernels of all runs re-measured before the target is set, how often,
+# and at most how many in all (the leaders are re-measured until all of them have been)
 CONFIRM_TOP = 4
 CONFIRM_ROUNDS = 3
+CONFIRM_MAX = 12
 
 
 def confirm_kernels(op, executor, config, runs_nodes: dict, top: int = CONFIRM_TOP,
-                    rounds: int = CONFIRM_ROUNDS, seed: int = 0) -> dict:
+                    rounds: int = CONFIRM_ROUNDS, seed: int = 0,
+                    most: int = CONFIRM_MAX) -> dict:
     """The ``top`` fastest distinct kernels over every run (by source hash; the shared cache
     gave each one timing), each evaluated ``rounds`` times more in a fresh order a round:
     {source hash: {"search": its single timing, "speedups": [...], "median": ...}}. A target
     set by one lucky timing is what this prevents: every policy's curve is then read with
-    the kernels' medians (``curve_with``)."""
+    the kernels' medians (``curve_with``). Kernels are ranked by their median once
+    re-measured, else by their search timing, and the leaders re-measured until every one
+    of them has been (at most ``most`` kernels): a lucky timing just below the first
+    leaders would otherwise set the target once their medians came down."""
     if rounds < 1 or top < 1 or not config.time:
         return {}
     best: dict[str, dict] = {}
@@ -135,21 +141,31 @@ def confirm_kernels(op, executor, config, runs_nodes: dict, top: int = CONFIRM_T
             res, h = r.get("result") or {}, r.get("source_hash")
             if res.get("ok") and h and r.get("candidate") and h not in best:
                 best[h] = r
-    picked = sorted(best.values(), key=lambda r: (-float(r["result"]["speedup"]),
-                                                 r["source_hash"]))[:top]
     cfg = confirm.remeasure_config(config)
     rng = random.Random(f"kdsl-compare-confirm:{seed}")
-    out = {r["source_hash"]: {"search": float(r["result"]["speedup"]), "speedups": []}
-           for r in picked}
-    for _ in range(rounds):
-        order = list(picked)
-        rng.shuffle(order)
-        futures = [(r["source_hash"], executor.submit(EvalJob(
-            op, Candidate.from_record(r["candidate"]), cfg))) for r in order]
-        for h, fut in futures:
-            out[h]["speedups"].append(fut.result().speedup)
-    for v in out.values():
-        v["median"] = statistics.median(v["speedups"])
+    out: dict[str, dict] = {}
+
+    def estimate(r) -> float:
+        h = r["source_hash"]
+        return out[h]["median"] if h in out else float(r["result"]["speedup"])
+
+    while len(out) < most:
+        leaders = sorted(best.values(), key=lambda r: (-estimate(r), r["source_hash"]))[:top]
+        picked = [r for r in leaders if r["source_hash"] not in out][:most - len(out)]
+        if not picked:
+            break
+        for r in picked:
+            out[r["source_hash"]] = {"search": float(r["result"]["speedup"]), "speedups": []}
+        for _ in range(rounds):
+            order = list(picked)
+            rng.shuffle(order)
+            futures = [(r["source_hash"], executor.submit(EvalJob(
+                op, Candidate.from_record(r["candidate"]), cfg))) for r in order]
+            for h, fut in futures:
+                out[h]["speedups"].append(fut.result().speedup)
+        for r in picked:
+            v = out[r["source_hash"]]
+            v["median"] = statistics.median(v["speedups"])
     return out
 
 
