@@ -207,9 +207,10 @@ def _search_options(p, compare: bool = False) -> None:
                    help="start from the backend's defaults, not the best genome in specs/genomes/")
     if compare:
         p.add_argument("--confirm-rounds", type=int, default=3, metavar="N",
-                       help="after the runs, evaluate the 4 fastest kernels of all runs N "
-                            "times more and read every curve with their medians (0: the "
-                            "searches' single timings)")
+                       help="after the runs, evaluate the 4 fastest kernels of all runs, then "
+                            "every kernel timed at the target (95%% of the best), N times more "
+                            "and read every curve with their medians (0: the searches' single "
+                            "timings)")
     else:
         p.add_argument("--confirm-rounds", type=int, default=3, metavar="N",
                        help="at the end, re-measure the best candidates and the starting "

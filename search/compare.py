@@ -94,7 +94,7 @@ def summarize(curves: dict[str, dict[int, list[float]]]) -> dict:
     95% bootstrap intervals over the seeds. A run that never reached the target counts its
     budget plus one (so the mean is a lower bound where any run missed: ``reached``)."""
     top = max((c[-1] for runs_ in curves.values() for c in runs_.values() if c), default=0.0)
-    target = 0.95 * top
+    target = REACH * top
     out = {"target_speedup": target, "best_any": top, "policies": {}}
     for policy, by_seed in curves.items():
         bests = [c[-1] if c else 0.0 for c in by_seed.values()]
@@ -116,23 +116,26 @@ def summarize(curves: dict[str, dict[int, list[float]]]) -> dict:
 
 
 # the fastest distinct kernels of all runs re-measured before the target is set, how often,
-# and at most how many in all (the leaders are re-measured until all of them have been)
+# and at most how many in all: the leaders, then every kernel whose timing reaches the target
 CONFIRM_TOP = 4
 CONFIRM_ROUNDS = 3
-CONFIRM_MAX = 12
+CONFIRM_MAX = 24
+REACH = 0.95  # a run reaches the best of any run when within 5% of it
 
 
 def confirm_kernels(op, executor, config, runs_nodes: dict, top: int = CONFIRM_TOP,
                     rounds: int = CONFIRM_ROUNDS, seed: int = 0,
                     most: int = CONFIRM_MAX) -> dict:
-    """The ``top`` fastest distinct kernels over every run (by source hash; the shared cache
-    gave each one timing), each evaluated ``rounds`` times more in a fresh order a round:
-    {source hash: {"search": its single timing, "speedups": [...], "median": ...}}. A target
-    set by one lucky timing is what this prevents: every policy's curve is then read with
-    the kernels' medians (``curve_with``). Kernels are ranked by their median once
-    re-measured, else by their search timing, and the leaders re-measured until every one
-    of them has been (at most ``most`` kernels): a lucky timing just below the first
-    leaders would otherwise set the target once their medians came down."""
+    """The fastest distinct kernels over every run (by source hash; the shared cache gave
+    each one timing), each evaluated ``rounds`` times more in a fresh order a round, ``top``
+    at a time: {source hash: {"search": its single timing, "speedups": [...], "median": ...}}.
+    A target set by one lucky timing is what this prevents, and so is a run counted as
+    reaching the target on one: every policy's curve is then read with the kernels' medians
+    (``curve_with``). Kernels are ranked by their median once re-measured, else by their
+    search timing; the ``top`` leaders are re-measured, then every kernel whose estimate
+    reaches the target (``REACH`` of the best estimate) as medians move it, until none is
+    left or ``most`` kernels have been (the highest first, so the cap leaves those that
+    matter least)."""
     if rounds < 1 or top < 1 or not config.time:
         return {}
     best: dict[str, dict] = {}
@@ -149,9 +152,11 @@ def confirm_kernels(op, executor, config, runs_nodes: dict, top: int = CONFIRM_T
         h = r["source_hash"]
         return out[h]["median"] if h in out else float(r["result"]["speedup"])
 
-    while len(out) < most:
-        leaders = sorted(best.values(), key=lambda r: (-estimate(r), r["source_hash"]))[:top]
-        picked = [r for r in leaders if r["source_hash"] not in out][:most - len(out)]
+    while len(out) < most and best:
+        ranked = sorted(best.values(), key=lambda r: (-estimate(r), r["source_hash"]))
+        bar = REACH * estimate(ranked[0])
+        contenders = ranked[:top] + [r for r in ranked[top:] if estimate(r) >= bar]
+        picked = [r for r in contenders if r["source_hash"] not in out][:min(top, most - len(out))]
         if not picked:
             break
         for r in picked:
