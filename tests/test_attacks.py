@@ -106,7 +106,7 @@ SHARED_WORKER = [
     "cache_inputs_key.py", "cache_module_alias.py", "cache_closure.py", "cache_default_arg.py",
     "cache_callable_object.py", "cache_keep_static.c", "cache_const_named_static.c",
     "cache_env_pointer.c", "cache_content_key.py", "cache_stack_slot.c",
-    "async_pthread_after_return.c",
+    "async_pthread_after_return.c", "async_gomp_parallel_start.c", "async_after_reply_walk.c",
     "clock_timer_patch.py", "clock_timer_constructor.c", "clock_elf_walk.c",
     "clock_elf_walk_fast.c",
     "oracle_getframe_ref.py", "oracle_traceback_ref.py", "oracle_module_state.py",
@@ -133,7 +133,7 @@ STAGE = {
         "judge_traceback_globals.py", "judge_lazy_builtins.py", "judge_triton_builtins.py",
         "judge_pyrun_tokenpaste.c", "judge_constructor_pyrun.c",
         "cache_tensor_attr.py", "cache_tensor_dict.py", "cache_callable_object.py",
-        "cache_env_pointer.c", "async_pthread_after_return.c",
+        "cache_env_pointer.c", "async_pthread_after_return.c", "async_gomp_parallel_start.c",
         "clock_timer_patch.py", "clock_timer_constructor.c",
         "oracle_getframe_ref.py", "oracle_traceback_ref.py", "oracle_module_state.py",
         "oracle_pyrun_frames.c",
@@ -148,6 +148,7 @@ STAGE = {
                     "correctness"),
     # past every static guard by design, and correct: only the judge's clock can tell
     "clock_elf_walk.c": "timing",
+    "async_after_reply_walk.c": "timing",
 }
 
 
@@ -212,7 +213,8 @@ def evaluate(pool: PoolExecutor, names: list[str], op=None) -> list:
 # the attack is on the clock itself.
 OUTSIDE_VIEW = "suspect: the candidate's process reported"
 ON_THE_CLOCK = {"clock_timer_patch.py", "clock_timer_constructor.c",
-                "async_pthread_after_return.c", "clock_elf_walk.c", "clock_elf_walk_fast.c"}
+                "async_pthread_after_return.c", "clock_elf_walk.c", "clock_elf_walk_fast.c",
+                "async_after_reply_walk.c"}
 
 
 def outside_view_noise(name: str, r) -> None:

@@ -337,27 +337,41 @@ def test_a_hung_candidate_dies_with_its_judge():
     assert gone(candidate) and gone(server)
 
 
-@pytest.mark.parametrize("leaves", [False, True], ids=["in its group", "setsid"])
+@pytest.mark.parametrize("leaves", ["stays", "setsid", "chain"],
+                         ids=["in its group", "setsid", "a chain of forks"])
 def test_a_process_the_candidate_forks_dies_with_it(pool, leaves):
     """A forked child is outside the candidate's process, but not outside its process
     group, nor (if it leaves the group) outside its descendants: stopped with it between
-    requests, and killed with it at the end. (The candidate can write no file the test
-    could read: the child is found by the name it gives itself, while the job runs.)"""
+    requests, and killed with it at the end. A chain whose every link forks the next and
+    exits (each one listed is gone when signalled) is caught too. (The candidate can write
+    no file the test could read: the child is found by the name it gives itself, while the
+    job runs.)"""
     import threading
     import time
-    marker = f"kdslfork{os.getpid() % 10000}{int(leaves)}"
+    marker = f"kdslfork{os.getpid() % 10000}{leaves[:2]}"
     source = SOFTMAX.replace("def kernel(inputs, outputs, sizes):\n", f"""\
 def kernel(inputs, outputs, sizes):
-    import ctypes, os, time
+    import ctypes, os, signal, time
     if not globals().get("forked"):
         globals()["forked"] = True
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # no zombie links to wait for
         child = os.fork()
         if child == 0:
             ctypes.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)  # PR_SET_NAME
-            if {leaves!r}:
-                os.setsid()
+            if {leaves!r} != "stays":
+                try:
+                    os.setsid()
+                except OSError:  # refused where the seccomp filter is on
+                    pass
             while True:
-                time.sleep(1)
+                if {leaves!r} == "chain":
+                    end = time.monotonic() + 0.005
+                    while time.monotonic() < end:
+                        pass
+                    if os.fork():
+                        os._exit(0)
+                else:
+                    time.sleep(1)
 """)
 
     def named() -> set[int]:

@@ -43,7 +43,7 @@ ALLOWED_SYMBOLS = frozenset(
     "__stack_chk_fail __stack_chk_guard __memcpy_chk __memset_chk __memmove_chk "
     "omp_get_thread_num omp_get_num_threads omp_get_max_threads omp_get_num_procs "
     "omp_in_parallel omp_get_level omp_get_team_num omp_get_num_teams omp_get_wtime "
-    "GOMP_parallel GOMP_parallel_start GOMP_parallel_end GOMP_barrier GOMP_critical_start "
+    "GOMP_parallel GOMP_barrier GOMP_critical_start "
     "GOMP_critical_end GOMP_critical_name_start GOMP_critical_name_end GOMP_atomic_start "
     "GOMP_atomic_end GOMP_single_start GOMP_single_copy_start GOMP_single_copy_end "
     "GOMP_ordered_start GOMP_ordered_end GOMP_task GOMP_taskwait GOMP_taskyield "
@@ -60,8 +60,16 @@ ALLOWED_PATTERNS = (
                r"clz|ctz|ffs|parity|bswap|udiv|umod|mod|udivmod|lshr|ashl|ashr|cmp|ucmp|"
                r"unord|eq|ne|ge|gt|le|lt)[a-z]*\d"),
 )
+# The entry points of GCC's older split form of a parallel region start a team and return
+# with its threads still running (until a GOMP_parallel_end the kernel need never call):
+# work after the call returns. '#pragma omp parallel' compiles to GOMP_parallel and its
+# combined forms, which return once the team is done.
+RUNS_ON = re.compile(r"GOMP_parallel(_\w+)?_start|GOMP_parallel_end")
+
+
 # A few refusals get a sharper message than "not on the allow-list".
 WHY = ((re.compile(r"_?Py[A-Z_]\w*"), "the Python C API"),
+       (RUNS_ON, "starts an OpenMP team that runs on after the call returns"),
        (re.compile(r"dl(open|sym|mopen|vsym|close|error|info)"), "loads code at run time"),
        (re.compile(r"pthread_\w+|thrd_\w+|clone|fork|vfork"), "starts a thread or process"),
        (re.compile(r"omp_set_\w+|kmp_\w+"), "changes the OpenMP runtime for the whole process"),
@@ -72,6 +80,8 @@ WHY = ((re.compile(r"_?Py[A-Z_]\w*"), "the Python C API"),
 
 
 def symbol_allowed(name: str) -> bool:
+    if RUNS_ON.fullmatch(name):
+        return False
     return name in ALLOWED_SYMBOLS or any(p.fullmatch(name) for p in ALLOWED_PATTERNS)
 
 

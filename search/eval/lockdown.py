@@ -11,8 +11,10 @@ confined, in layers, each tried and reported on its own (``lock_down`` returns w
   run's records or another candidate's build. (On a GPU, Triton's kernel cache stays
   writable: Triton compiles there.)
 - **seccomp**: signals only to itself and its own process group (a stopped judge or
-  another worker's baseline would be slowed by a SIGSTOP); no ptrace, no reading or
-  writing another process's memory, no mounts or namespaces, no sockets but Unix ones.
+  another worker's baseline would be slowed by a SIGSTOP), which nothing it forks can
+  leave (no ``setsid`` or ``setpgid``: one signal to the group stops all of it); no
+  ptrace, no reading or writing another process's memory, no mounts or namespaces, no
+  io_uring, no sockets but Unix ones.
 - **capabilities**: all dropped, the bounding set too, and no new privileges on exec.
   Reading or writing another process's memory (``/proc/PID/mem``, ptrace) then needs the
   target to hold no capability the candidate lacks and to be dumpable: every process of a
@@ -144,14 +146,19 @@ SYSCALLS = {  # name: (x86_64, aarch64)
     "kcmp": (312, 272), "mount": (165, 40), "umount2": (166, 39), "unshare": (272, 97),
     "setns": (308, 268), "pivot_root": (155, 41), "chroot": (161, 51),
     "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430),
-    "fsmount": (432, 432), "socket": (41, 198),
+    "fsmount": (432, 432), "socket": (41, 198), "setsid": (112, 157), "setpgid": (109, 154),
+    "io_uring_setup": (425, 425),
 }
 # (pidfd_open and pidfd_getfd stay allowed: taking another process's descriptor is checked
 # like ptrace, which the dropped capabilities and not-dumpable processes already refuse, and
 # a GPU driver may pass descriptors that way; signalling through a pidfd is denied)
 DENIED = ("tkill", "pidfd_send_signal", "ptrace", "process_vm_readv", "process_vm_writev",
           "kcmp", "mount", "umount2", "unshare", "setns", "pivot_root", "chroot",
-          "open_tree", "move_mount", "fsopen", "fsmount")
+          "open_tree", "move_mount", "fsopen", "fsmount",
+          # every process it forks stays in its group, which one signal stops whole
+          "setsid", "setpgid",
+          # kernel-side workers doing its I/O outside any stop the judge sends
+          "io_uring_setup")
 TARGETED = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")  # first arg: a pid
 AF_UNIX = 1
 RET_ALLOW, RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM

@@ -26,7 +26,7 @@ import signal
 import tempfile
 import time
 
-from . import candidate_main, confine, lockdown, replies, timed_calls, zygote
+from . import candidate_main, confine, lockdown, replies, stopping, timed_calls, zygote
 
 READY_TIMEOUT_S = 300.0
 ARENA_MAX_BYTES = 256 << 20  # cases up to this size go through the arena
@@ -106,8 +106,9 @@ class Sandbox:
         except (OSError, ValueError) as e:
             raise CandidateFault(f"the candidate process is gone: {self._death(e)}") from None
         reply = self._receive()
+        outside = stopping.halt(self.pid)  # (what it left running until now is on the clock)
         self.last_wall_ms = (time.perf_counter() - start) * 1e3
-        self._signal(signal.SIGSTOP)
+        self._settle(outside)
         tag = reply[0]
         if tag == "raised":
             raise CandidateFault(f"kernel raised {reply[1]}")
@@ -116,10 +117,23 @@ class Sandbox:
         return reply
 
     def _signal(self, sig) -> None:
-        """To the candidate's process group (it leads one of its own): a process it forked
-        is stopped and killed with it (a forked spinner slowed the baseline while the
-        candidate's own process was stopped)."""
-        _kill_group(self.pid, sig)
+        """To the candidate's process group (it leads one of its own) and whatever left it
+        (``stopping``): a process it forked is stopped and killed with it (a forked spinner
+        slowed the baseline while the candidate's own process was stopped). A stop returns
+        once every task is stopped."""
+        if sig == signal.SIGSTOP:
+            self._settle(stopping.halt(self.pid))
+        elif sig == signal.SIGCONT:
+            stopping.resume(self.pid)
+        else:
+            stopping.kill(self.pid)
+
+    def _settle(self, outside) -> None:
+        try:
+            stopping.settle(self.pid, outside)
+        except stopping.DidNotStop as e:
+            self.stop()
+            raise CandidateFault(f"its process did not stop: {e}") from None
 
     def _receive(self):
         try:
@@ -151,7 +165,7 @@ class Sandbox:
         """Kill the process (a candidate is never given a second chance) and forget it."""
         _OPEN.discard(self)
         if self.pid is not None:
-            _kill_group(self.pid, signal.SIGKILL)
+            stopping.kill(self.pid)
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
@@ -232,55 +246,8 @@ def spares_paused(device: str):
             _kill(box.process.pid, signal.SIGCONT)
 
 
-def _kill_group(pid, sig) -> None:
-    """``sig`` to the process group ``pid`` leads (else to ``pid``), and to every process
-    descended from ``pid`` that left the group (``setsid``): the candidate is a subreaper,
-    so even an orphaned grandchild stays its descendant. The descendants are listed before
-    anything is signalled (once the candidate is killed they belong to no one)."""
-    # (on a stop or a kill: a process stopped outside the group is never resumed; it is
-    # killed at the end)
-    below = descendants(pid) if pid is not None and sig != signal.SIGCONT else []
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            _kill(pid, sig)
-    except (ProcessLookupError, TypeError, PermissionError):
-        _kill(pid, sig)
-    for other in below:
-        try:
-            if os.getpgid(other) != pid:
-                _kill(other, sig)
-        except ProcessLookupError:
-            pass
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid``, from each thread's /proc children list (a process
-    with none costs one directory read)."""
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except (OSError, ValueError):
-                continue
-            found += kids
-            todo += kids
-    return found
-
-
 def _kill(pid, sig) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, TypeError):
-        pass  # gone: the next receive says how
+    stopping.signal_pid(pid, sig)
 
 
 def stop_spares() -> None:

@@ -1,0 +1,151 @@
+"""Stopping, resuming and killing a candidate's processes, whatever it started.
+
+The candidate's process leads a process group of its own and is a subreaper, so what it
+forks stays in its group or, if it left the group (``setsid``, refused by the seccomp
+filter where that is on), among its descendants. The group is signalled first, in one
+call the kernel applies to every member at once; the descendants outside it are found
+afterwards, while the group is already stopped. Listing first had left a window the
+candidate could stretch at will: a process with thousands of threads (one ``children``
+file each) ran on unstopped and unclocked for 40 ms after its reply, long enough to
+compute the outputs the judge then read as the reply's.
+
+``stop`` returns once every task is seen stopped, so the judge reads a candidate's
+outputs only when nothing of it can still write them. A request's wall clock ends at
+``halt``, before that wait: once the signal is sent no task runs code of the candidate's
+again (one being scheduled stops before it returns to user code; one running on another
+core within microseconds, at the interrupt the signal sends), while the wait itself lasts
+until each preempted task is scheduled once, a scheduler slice on a busy machine, which is
+no work of the candidate's.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+STOP_TIMEOUT_S = 10.0  # a task in an uninterruptible wait stops when the wait ends
+SWEEPS = 64  # rounds of looking for processes outside the group (a chain of forks that
+# exit as soon as they fork is caught one link a round; with setsid refused there is none)
+
+
+class DidNotStop(Exception):
+    """A task of the candidate's was still running ``STOP_TIMEOUT_S`` after the signal."""
+
+
+def stop(pid: int) -> None:
+    """SIGSTOP to ``pid``'s group and to every descendant outside it, then wait until all
+    their tasks are stopped."""
+    settle(pid, halt(pid))
+
+
+def halt(pid: int) -> set[int]:
+    """SIGSTOP to ``pid``'s group, then to every descendant outside it; those outside."""
+    _signal_group(pid, signal.SIGSTOP)
+    return _stop_outsiders(pid)
+
+
+def settle(pid: int, outside=()) -> None:
+    """Wait until every task of ``pid``, its descendants and ``outside`` is stopped."""
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while True:
+        running = _running_tasks([pid, *outside, *descendants(pid)])
+        if not running:
+            return
+        if time.monotonic() > deadline:
+            raise DidNotStop(f"{len(running)} of its tasks still ran {STOP_TIMEOUT_S:g} s "
+                             f"after SIGSTOP (e.g. {running[0]})")
+        time.sleep(0)  # yield: a preempted task takes its stop when it is next scheduled
+
+
+def resume(pid: int) -> None:
+    """SIGCONT to the group only: a process that left it stays stopped, and is killed at
+    the end."""
+    _signal_group(pid, signal.SIGCONT)
+
+
+def kill(pid: int) -> None:
+    """Everything of the candidate's, killed: stopped first (so that nothing forks or
+    leaves while it is listed), listed, then killed, before the leader's death hands its
+    orphans to another reaper."""
+    outside = halt(pid)
+    below = descendants(pid)
+    _signal_group(pid, signal.SIGKILL)
+    for other in {*outside, *below}:
+        signal_pid(other, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig) -> None:
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+            return
+    except (ProcessLookupError, PermissionError, TypeError):
+        pass
+    signal_pid(pid, sig)
+
+
+def _stop_outsiders(pid: int) -> set[int]:
+    """Stop the descendants of ``pid`` outside its group, sweep after sweep until a sweep
+    finds no new one; those found."""
+    found: set[int] = set()
+    for _ in range(SWEEPS):
+        new = []
+        for other in descendants(pid):
+            try:
+                if other not in found and os.getpgid(other) != pid:
+                    new.append(other)
+            except ProcessLookupError:
+                pass
+        if not new:
+            break
+        for other in new:
+            signal_pid(other, signal.SIGSTOP)
+        found.update(new)
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``, from each thread's /proc children list (a process
+    with none costs one directory read)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _running_tasks(pids) -> list[str]:
+    """The tasks of ``pids`` not stopped (state T or t), dead (Z, X) or gone."""
+    running = []
+    for p in pids:
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{p}/task/{tid}/stat", "rb") as f:
+                    state = f.read().rpartition(b")")[2][1:2]
+            except OSError:
+                continue
+            if state not in (b"T", b"t", b"Z", b"X", b""):
+                running.append(f"task {tid} of process {p}, state {state.decode()}")
+    return running
+
+
+def signal_pid(pid, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, TypeError):
+        pass  # gone: the next receive says how
