@@ -134,6 +134,13 @@ def test_compare_reports_bootstrap_intervals():
     assert b["reached_95"] == "0/2" and b["evals_to_95_ci95"] == (4.0, 4.0)
 
 
+def rec(i, genes, speedup, h):
+    """A run's node record as compare reads it: the i-th evaluation, ok at ``speedup``."""
+    return {"id": i, "iteration": i - 1, "source_hash": h, "kind": "decide",
+            "candidate": {"backend": "fake", "genome": genes},
+            "result": {"ok": True, "speedup": speedup}}
+
+
 def test_compare_reads_every_curve_with_the_re_measured_medians(tmp_path):
     """One lucky timing set the target: re-measured, the kernel counts at its median in
     every run's curve, and the target falls to what the kernels really do."""
@@ -141,10 +148,6 @@ def test_compare_reads_every_curve_with_the_re_measured_medians(tmp_path):
     from kdsl.search.compare import confirm_kernels, curve_with
     op = spec_mod.find_op(spec_mod.load(SPEC), None)
 
-    def rec(i, genes, speedup, h):
-        return {"id": i, "iteration": i - 1, "source_hash": h, "kind": "decide",
-                "candidate": {"backend": "fake", "genome": genes},
-                "result": {"ok": True, "speedup": speedup}}
     lucky = {"a": 6, "b": 3, "mode": "x"}   # reward 3.5, timed once at 10x
     honest = {"a": 6, "b": 3, "mode": "y"}  # reward 4.0
     runs_nodes = {("random", 0): [rec(1, {"a": 2, "b": 2, "mode": "x"}, 1.0, "h0"),
@@ -170,10 +173,6 @@ def test_compare_re_measures_until_its_leaders_all_have_been():
     from kdsl.search.compare import confirm_kernels
     op = spec_mod.find_op(spec_mod.load(SPEC), None)
 
-    def rec(i, genes, speedup, h):
-        return {"id": i, "iteration": i - 1, "source_hash": h, "kind": "decide",
-                "candidate": {"backend": "fake", "genome": genes},
-                "result": {"ok": True, "speedup": speedup}}
     first = {"a": 6, "b": 3, "mode": "x"}   # reward 3.5, timed once at 10x
     second = {"a": 2, "b": 2, "mode": "x"}  # timed once at 9x
     honest = {"a": 6, "b": 3, "mode": "y"}  # reward 4.0, timed at 4x
@@ -195,10 +194,6 @@ def test_compare_re_measures_every_kernel_timed_at_the_target():
     from kdsl.search.compare import confirm_kernels, curve_with, summarize
     op = spec_mod.find_op(spec_mod.load(SPEC), None)
 
-    def rec(i, genes, speedup, h):
-        return {"id": i, "iteration": i - 1, "source_hash": h, "kind": "decide",
-                "candidate": {"backend": "fake", "genome": genes},
-                "result": {"ok": True, "speedup": speedup}}
     honest = {"a": 6, "b": 3, "mode": "y"}  # reward 4.0, timed at 4x
     lucky = {"a": 2, "b": 2, "mode": "x"}   # reward 0.5, timed once at 3.9x
     runs_nodes = {("mcts", 0): [rec(1, honest, 4.0, "honest")],
@@ -218,13 +213,9 @@ def test_only_a_re_measured_kernel_reaches_the_target():
     quieter during the search): it counts below the target, which the best median sets."""
     from kdsl.search.compare import REACH, curve_with, summarize
 
-    def rec(i, speedup, h):
-        return {"id": i, "iteration": i - 1, "source_hash": h, "kind": "decide",
-                "candidate": {"backend": "fake", "genome": {}},
-                "result": {"ok": True, "speedup": speedup}}
     confirmed = {"a": {"search": 7.0, "speedups": [3.5], "median": 3.5}}
-    runs_nodes = {("mcts", 0): [rec(1, 7.0, "a")],
-                  ("random", 0): [rec(1, 1.0, "z"), rec(2, 4.0, "unmeasured")]}
+    runs_nodes = {("mcts", 0): [rec(1, {}, 7.0, "a")],
+                  ("random", 0): [rec(1, {}, 1.0, "z"), rec(2, {}, 4.0, "unmeasured")]}
     curves = {p: {s: curve_with(n, confirmed)} for (p, s), n in runs_nodes.items()}
     assert curves["mcts"][0] == [3.5]
     assert curves["random"][0][-1] < REACH * 3.5

@@ -110,15 +110,10 @@ def descendants(pid: int) -> list[int]:
     found, todo = [], [pid]
     while todo:
         p = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tasks:
+        for text in _per_task(p, "children"):
             try:
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except (OSError, ValueError):
+                kids = [int(k) for k in text.split()]
+            except ValueError:
                 continue
             found += kids
             todo += kids
@@ -129,19 +124,25 @@ def _running_tasks(pids) -> list[str]:
     """The tasks of ``pids`` not stopped (state T or t), dead (Z, X) or gone."""
     running = []
     for p in pids:
+        for text in _per_task(p, "stat"):
+            state = text.rpartition(")")[2][1:2]
+            if state not in ("T", "t", "Z", "X", ""):
+                running.append(f"a task of process {p} in state {state}")
+    return running
+
+
+def _per_task(pid: int, name: str):
+    """The text of /proc/PID/task/TID/``name`` for each thread of ``pid`` still there."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tasks:
         try:
-            tasks = os.listdir(f"/proc/{p}/task")
+            with open(f"/proc/{pid}/task/{tid}/{name}") as f:
+                yield f.read()
         except OSError:
             continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{p}/task/{tid}/stat", "rb") as f:
-                    state = f.read().rpartition(b")")[2][1:2]
-            except OSError:
-                continue
-            if state not in (b"T", b"t", b"Z", b"X", b""):
-                running.append(f"task {tid} of process {p}, state {state.decode()}")
-    return running
 
 
 def signal_pid(pid, sig) -> None:
