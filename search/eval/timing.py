@@ -387,11 +387,14 @@ def as_kernel(kernel, timer: Timer):
 # fast kernel cycling over 13 of them ran 4x slower than on two, its inputs no longer in
 # cache: 0.45 against 0.11 ms). Where the claimed median is under a CLOCK_RATIO-th of the
 # bounds' median, by more than CLOCK_SLACK_MS, the timer itself is contradicted: timed
-# again, then a verdict.
+# again, then a verdict. The figure never needs that verdict (the bound stands for every
+# sample below it), so its slack is wide: on the 2-core VM honest kernels of 0.05 ms, two
+# OpenMP threads each, read 1.3-1.5 ms a call on the judge's clock in 5 of 16 evaluations and
+# 3 were rejected twice over with a slack of 0.5 ms; they keep the bound as their figure now.
 TRIP_SLACK_MS = {"cpu": 0.2, "cuda": 0.2}
 WALL_SLACK = 0.02
 CLOCK_RATIO = 2.0
-CLOCK_SLACK_MS = 0.5
+CLOCK_SLACK_MS = 2.0
 
 
 def judged_calls(kernel, samples: list[float], device: str = "cpu"
