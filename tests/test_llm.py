@@ -130,7 +130,7 @@ def test_replay_of_an_unseen_request_fails_clearly(tmp_path, capsys):
     first, _, _ = run_scripted(tmp_path, budget=2)
     rc = main(["search", SPEC, "--backend", "fake", "--executor", "inline", "--llm", "replay",
                "--replay-from", str(first.root), "--budget", "6", "--seed", "9",
-               "--no-priors", "--out", str(tmp_path / "again")])
+               "--no-priors", "--policy", "mcts:rewrite=1.0", "--out", str(tmp_path / "again")])
     err = capsys.readouterr().err
     assert rc == 2 and "no recorded reply" in err and "Traceback" not in err
 
