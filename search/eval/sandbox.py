@@ -25,6 +25,7 @@ import shutil
 import signal
 import tempfile
 import time
+import weakref
 
 from . import candidate_main, confine, lockdown, replies, stopping, timed_calls, zygote
 
@@ -76,7 +77,7 @@ class Sandbox:
                                  f"{READY_TIMEOUT_S:g}s")
         tag, self.pid, self.confinement = self._receive()
         assert tag == "ready", tag
-        self._signal(signal.SIGSTOP)
+        self._settle(stopping.halt(self.pid))
         from .device_lock import shared
         with shared(self.device):  # (a GPU's probes use it: never beside others' timed runs)
             self.trip_ms, self.call_ms = self._probe()
@@ -99,7 +100,7 @@ class Sandbox:
     def call(self, *message):
         """Send one request; its reply, or CandidateFault for what went wrong."""
         self.ready()
-        self._signal(signal.SIGCONT)
+        stopping.resume(self.pid)  # (its group only: what left it stays stopped)
         start = time.perf_counter()
         try:
             self.conn.send(message)
@@ -116,19 +117,9 @@ class Sandbox:
             raise CandidateFault(f"tampering: {reply[1]}")
         return reply
 
-    def _signal(self, sig) -> None:
-        """To the candidate's process group (it leads one of its own) and whatever left it
-        (``stopping``): a process it forked is stopped and killed with it (a forked spinner
-        slowed the baseline while the candidate's own process was stopped). A stop returns
-        once every task is stopped."""
-        if sig == signal.SIGSTOP:
-            self._settle(stopping.halt(self.pid))
-        elif sig == signal.SIGCONT:
-            stopping.resume(self.pid)
-        else:
-            stopping.kill(self.pid)
-
     def _settle(self, outside) -> None:
+        """Wait until the candidate is stopped whole (``stopping``): its group, and what
+        left it; a process that does not stop is killed."""
         try:
             stopping.settle(self.pid, outside)
         except stopping.DidNotStop as e:
@@ -205,8 +196,8 @@ def ask_open_stacks() -> list:
     (SIGUSR1, faulthandler); the sandboxes asked, for ``print_open_stacks``."""
     boxes = [b for b in _OPEN if b.process.is_alive()]
     for box in boxes:
-        _kill(box.process.pid, signal.SIGUSR1)
-        _kill(box.process.pid, signal.SIGCONT)  # a stopped process handles it when resumed
+        stopping.signal_pid(box.process.pid, signal.SIGUSR1)
+        stopping.signal_pid(box.process.pid, signal.SIGCONT)  # (handled once resumed)
     return boxes
 
 
@@ -238,16 +229,12 @@ def spares_paused(device: str):
     apiece on the judge's clock). A GPU's timing needs no cores of theirs."""
     paused = [box for box in _SPARE.values() if device == "cpu" and box.process.is_alive()]
     for box in paused:
-        _kill(box.process.pid, signal.SIGSTOP)
+        stopping.signal_pid(box.process.pid, signal.SIGSTOP)
     try:
         yield
     finally:
         for box in paused:
-            _kill(box.process.pid, signal.SIGCONT)
-
-
-def _kill(pid, sig) -> None:
-    stopping.signal_pid(pid, sig)
+            stopping.signal_pid(box.process.pid, signal.SIGCONT)
 
 
 def stop_spares() -> None:
@@ -311,10 +298,13 @@ class RemoteKernel:
         number of calls in that step (``trip_ms`` and ``call_ms``: a step's own cost and a
         call's)."""
         calls = timed_calls.Calls(None, sets, sizes, poisons, plan)
-        sent = [(tuple(map(id, i.values())), tuple(map(id, o.values()))) for i, o in sets]
-        if sent != self.sent:  # (mapped once a stage: each new mapping faults its pages in)
+        tensors = [t for i, o in sets for t in (*i.values(), *o.values())]
+        # mapped once a stage (each new mapping faults its pages in); known by weak
+        # references, since an id alone can come back for a new tensor once the old is freed
+        if self.sent is None or len(self.sent) != len(tensors) or \
+                any(r() is not t for r, t in zip(self.sent, tensors)):
             self.box.call("sets", [(_shared(i), _shared(o)) for i, o in sets], dict(sizes))
-            self.sent = sent
+            self.sent = [weakref.ref(t) for t in tensors]
         samples, walls, shares = [], [], []
         total = warmup + reps
         for first in range(0, total, len(sets)):

@@ -9,7 +9,7 @@ candidate could stretch at will: a process with thousands of threads (one ``chil
 file each) ran on unstopped and unclocked for 40 ms after its reply, long enough to
 compute the outputs the judge then read as the reply's.
 
-``stop`` returns once every task is seen stopped, so the judge reads a candidate's
+``settle`` returns once every task is seen stopped, so the judge reads a candidate's
 outputs only when nothing of it can still write them. A request's wall clock ends at
 ``halt``, before that wait: once the signal is sent no task runs code of the candidate's
 again (one being scheduled stops before it returns to user code; one running on another
@@ -30,12 +30,6 @@ SWEEPS = 64  # rounds of looking for processes outside the group (a chain of for
 
 class DidNotStop(Exception):
     """A task of the candidate's was still running ``STOP_TIMEOUT_S`` after the signal."""
-
-
-def stop(pid: int) -> None:
-    """SIGSTOP to ``pid``'s group and to every descendant outside it, then wait until all
-    their tasks are stopped."""
-    settle(pid, halt(pid))
 
 
 def halt(pid: int) -> set[int]:
