@@ -314,7 +314,8 @@ def main(argv=None) -> int:
                 a = res.artifacts or {}
                 row.update(eager_ms=(a.get("baselines_ms") or {}).get("eager") or (
                                res.baseline_ms if res.baseline_name == "eager" else None),
-                           timing_phases_s=a.get("timing_phases_s"))
+                           timing_phases_s=a.get("timing_phases_s"),
+                           confinement=a.get("confinement"))
                 row.update(ok=res.ok, stage=res.stage, kernel_ms=res.time_ms,
                            compile_ms=res.baseline_ms if res.baseline_name == "torch.compile"
                            else None, floor_ms=a.get("floor_ms"),
