@@ -9,6 +9,7 @@ layer is asserted where the machine lets it be set up (a container without
 from __future__ import annotations
 
 import os
+import platform
 import tempfile
 import textwrap
 from pathlib import Path
@@ -23,6 +24,7 @@ from kdsl.search.jobs import EvalJob
 
 OUTSIDE = Path(tempfile.gettempdir(), f"kdsl-test-lockdown-{os.getpid()}")
 REPO_FILE = Path(lockdown.__file__).with_name("lockdown-probe.txt")
+CLONE = lockdown.SYSCALLS["clone"][platform.machine() != "x86_64"]
 
 ESCAPES = f'''
 import os, socket
@@ -55,6 +57,30 @@ def kernel(inputs, outputs, sizes):
     attempt("leave_group", lambda: os.setpgid(0, 0))
     attempt("inet_socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
     attempt("unix_socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close())
+
+    def clone_parent():  # a sibling of its own process: the forkserver's child
+        import ctypes
+        pid = ctypes.CDLL(None, use_errno=True).syscall({CLONE}, 0x8000 | 17, 0, 0, 0, 0)
+        if pid == 0:
+            os._exit(0)
+        if pid < 0:
+            raise OSError(ctypes.get_errno(), "clone")
+
+    def start_thread():
+        import threading
+        t = threading.Thread(target=lambda: None)
+        t.start()
+        t.join()
+
+    def fork():
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+    attempt("clone_parent", clone_parent)
+    attempt("start_thread", start_thread)
+    attempt("fork", fork)
     raise RuntimeError(f"done={{sorted(done)}} refused={{sorted(refused)}}")
 '''
 
@@ -107,6 +133,15 @@ def test_signals_reach_only_its_own_group_it_stays_in_and_sockets_are_local(resu
     assert not {"signal_judge", "inet_socket", "leave_group"} & done(result), result.message
 
 
+def test_what_it_starts_stays_below_it_and_threads_and_forks_still_work(result):
+    """clone3 is answered ENOSYS (its flags are out of a filter's reach) and the C library
+    falls back to clone, whose flags are read: CLONE_PARENT refused, a thread and a fork not."""
+    if layer(result, "seccomp") != "on":
+        pytest.skip(f"no seccomp filter here: {layer(result, 'seccomp')}")
+    assert {"start_thread", "fork"} <= done(result), result.message
+    assert "clone_parent" not in done(result), result.message
+
+
 @pytest.mark.parametrize("arch", sorted(lockdown.AUDIT_ARCH))
 def test_the_seccomp_program_is_well_formed(arch):
     program = lockdown.seccomp_program(4242, arch)
@@ -114,7 +149,7 @@ def test_the_seccomp_program_is_well_formed(arch):
     for i, (code, jt, jf, k) in enumerate(program):
         assert i + 1 + max(jt, jf) < len(program) or code == lockdown.RET_K
     returns = {k for code, _, _, k in program if code == lockdown.RET_K}
-    assert returns == {lockdown.RET_ALLOW, lockdown.RET_EPERM}
+    assert returns == {lockdown.RET_ALLOW, lockdown.RET_EPERM, lockdown.RET_ENOSYS}
     compared = {k for code, _, _, k in program if code == lockdown.JEQ_K}
     index = 0 if arch == "x86_64" else 1
     assert {lockdown.SYSCALLS[n][index] for n in lockdown.DENIED} <= compared

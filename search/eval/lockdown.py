@@ -12,7 +12,8 @@ confined, in layers, each tried and reported on its own (``lock_down`` returns w
   writable: Triton compiles there.)
 - **seccomp**: signals only to itself and its own process group (a stopped judge or
   another worker's baseline would be slowed by a SIGSTOP), which nothing it forks can
-  leave (no ``setsid`` or ``setpgid``: one signal to the group stops all of it); no
+  leave (no ``setsid`` or ``setpgid``: one signal to the group stops all of it) nor get
+  out from under (no ``CLONE_PARENT``: what it starts stays among its descendants); no
   ptrace, no reading or writing another process's memory, no mounts or namespaces, no
   io_uring, no sockets but Unix ones.
 - **capabilities**: all dropped, the bounding set too, and no new privileges on exec.
@@ -147,7 +148,7 @@ SYSCALLS = {  # name: (x86_64, aarch64)
     "setns": (308, 268), "pivot_root": (155, 41), "chroot": (161, 51),
     "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430),
     "fsmount": (432, 432), "socket": (41, 198), "setsid": (112, 157), "setpgid": (109, 154),
-    "io_uring_setup": (425, 425),
+    "io_uring_setup": (425, 425), "clone": (56, 220), "clone3": (435, 435),
 }
 # (pidfd_open and pidfd_getfd stay allowed: taking another process's descriptor is checked
 # like ptrace, which the dropped capabilities and not-dumpable processes already refuse, and
@@ -161,13 +162,28 @@ DENIED = ("tkill", "pidfd_send_signal", "ptrace", "process_vm_readv", "process_v
           "io_uring_setup")
 TARGETED = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")  # first arg: a pid
 AF_UNIX = 1
+# clone's flags that would put a process where the judge does not look: CLONE_PARENT makes
+# it the forkserver's child, in the group but below no process the judge lists (a farm of
+# idle threads so made ran on after SIGSTOP); and the new namespaces. clone3 passes its flags
+# in memory, which a filter cannot read: it is answered ENOSYS, on which the C library
+# falls back to clone (threads, fork and posix_spawn alike).
+CLONE_DENIED = (0x00008000       # CLONE_PARENT
+                | 0x00020000     # CLONE_NEWNS
+                | 0x02000000     # CLONE_NEWCGROUP
+                | 0x04000000     # CLONE_NEWUTS
+                | 0x08000000     # CLONE_NEWIPC
+                | 0x10000000     # CLONE_NEWUSER
+                | 0x20000000     # CLONE_NEWPID
+                | 0x40000000)    # CLONE_NEWNET
 RET_ALLOW, RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
-LD_W_ABS, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06
+RET_ENOSYS = 0x00050000 | errno.ENOSYS
+LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 
 
 def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions: allow all but ``DENIED``; signals
-    only to ``pid``, its group (``-pid``, 0) or its own threads; sockets only AF_UNIX."""
+    only to ``pid``, its group (``-pid``, 0) or its own threads; sockets only AF_UNIX;
+    clone without ``CLONE_DENIED`` flags, clone3 not at all (ENOSYS)."""
     audit, index = AUDIT_ARCH[arch], 0 if arch == "x86_64" else 1
     nr = {name: numbers[index] for name, numbers in SYSCALLS.items()}
     code: list = []  # (op, jt label | None, jf label | None, k) with labels resolved below
@@ -186,6 +202,8 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     for name in TARGETED:
         emit(JEQ_K, nr[name], "target", None)
     emit(JEQ_K, nr["socket"], "socket", None)
+    emit(JEQ_K, nr["clone"], "clone", None)
+    emit(JEQ_K, nr["clone3"], "enosys", None)
     emit(RET_K, RET_ALLOW)
     labels["target"] = len(code)
     emit(LD_W_ABS, 16)                              # args[0], low word (a pid_t)
@@ -195,6 +213,11 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     labels["socket"] = len(code)
     emit(LD_W_ABS, 16)                              # the domain
     emit(JEQ_K, AF_UNIX, "allow", "deny")
+    labels["clone"] = len(code)
+    emit(LD_W_ABS, 16)                              # the flags (args[0] on both ABIs)
+    emit(JSET_K, CLONE_DENIED, "deny", "allow")
+    labels["enosys"] = len(code)
+    emit(RET_K, RET_ENOSYS)
     labels["allow"] = len(code)
     emit(RET_K, RET_ALLOW)
     labels["deny"] = len(code)

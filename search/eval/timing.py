@@ -373,24 +373,29 @@ def as_kernel(kernel, timer: Timer):
 
 
 # The judge's clock. A candidate's timed calls come in steps, a round trip each, and the
-# judge times every step (``RemoteKernel.walls``): its calls took at least that wall less
-# what a step and its calls cost by themselves, measured before any candidate code was
-# loaded as steps of calls of nothing (``trip_ms`` a step, ``call_ms`` a call: on a GPU the
-# timer's head start, a busy-wait of about 1 ms, and its L2 flush). Allowed on top of it:
-# TRIP_SLACK_MS and WALL_SLACK of the wall. Waking a process that waited longer costs more (on
-# the 2-core VM a step's own cost grew from 0.08 ms around a call of nothing to 0.37 ms
-# around a 30 ms sleep), and so do a busy host's scheduling and a GPU launch the head start
-# did not hide. A sample the candidate's process reports below its call's share of the
-# bound is not believed: the share stands for it. So a process that forges its own timer
-# (native code can reach anything in it) gains at most the allowance over the calls of a
-# step (a step is one call on each input set: more calls would need more buffers, and a
-# fast kernel cycling over 13 of them ran 4x slower than on two, its inputs no longer in
-# cache: 0.45 against 0.11 ms). Where the claimed median is under a CLOCK_RATIO-th of the
-# bounds' median, by more than CLOCK_SLACK_MS, the timer itself is contradicted: timed
-# again, then a verdict. The figure never needs that verdict (the bound stands for every
-# sample below it), so its slack is wide: on the 2-core VM honest kernels of 0.05 ms, two
-# OpenMP threads each, read 1.3-1.5 ms a call on the judge's clock in 5 of 16 evaluations and
-# 3 were rejected twice over with a slack of 0.5 ms; they keep the bound as their figure now.
+# judge times every step (``RemoteKernel.walls``), from before it wakes the process to the
+# signal that stops it again. Before any candidate code was loaded it measured what a step
+# and its calls cost by themselves, as steps of calls of nothing (``trip_ms`` a step,
+# ``call_ms`` a call: on a GPU the timer's head start, a busy-wait of about 1 ms, and its L2
+# flush). Each call's sample counts at least its share of its step's wall less exactly those
+# measured costs, with no allowance: a process that forges its own timer (native code can
+# reach anything in it) is then timed by the judge's clock, whose error is the step's own cost
+# varying around its probed median, as likely up as down. An allowance there was a gift: with
+# 0.2 ms and 2% of the wall allowed, a kernel that did its real 0.11 ms of work and reported
+# 0.002 ms was believed (a bound of 0) and accepted at 47x. The price is paid by honest kernels
+# whose steps cost more than the probe's (waking a process that waited longer costs more: on
+# the 2-core VM a step's own cost grew from 0.08 ms around a call of nothing to 0.37 ms around
+# a 30 ms sleep): their figure rises by that excess over the calls of a step, 0.5% there.
+# (A step is one call on each input set: more calls would need more buffers, and a fast
+# kernel cycling over 13 of them ran 4x slower than on two, its inputs no longer in cache:
+# 0.45 against 0.11 ms.)
+# The allowance, TRIP_SLACK_MS and WALL_SLACK of the wall, is for the verdict only: where the
+# claimed median is under a CLOCK_RATIO-th of the allowed bounds' median, by more than
+# CLOCK_SLACK_MS, the timer itself is contradicted: timed again, then a verdict. The figure
+# never needs that verdict (the bound stands for every sample below it), so its slack is wide:
+# on the 2-core VM honest kernels of 0.05 ms, two OpenMP threads each, read 1.3-1.5 ms a call
+# on the judge's clock in 5 of 16 evaluations and 3 were rejected twice over with a slack of
+# 0.5 ms; they keep the bound as their figure now.
 TRIP_SLACK_MS = {"cpu": 0.2, "cuda": 0.2}
 WALL_SLACK = 0.02
 CLOCK_RATIO = 2.0
@@ -399,20 +404,23 @@ CLOCK_SLACK_MS = 2.0
 
 def judged_calls(kernel, samples: list[float], device: str = "cpu"
                  ) -> tuple[list[float], dict, str | None]:
-    """(each sample, never below its share of what the judge's clock shows its step took;
-    artifact; message if the clock contradicts the candidate's timer). A kernel run in
+    """(each sample, never below its share of what the judge's clock shows its step took,
+    less the step's and the call's measured costs; artifact; message if the clock, less an
+    allowance, contradicts the candidate's timer). A kernel run in
     this process (``LocalKernel``) has no walls: its samples stand."""
     walls = getattr(kernel, "walls", None)
     if not walls or len(walls) != len(samples):
         return list(samples), {}, None
     shares = getattr(kernel, "shares", None) or [1] * len(walls)
     call_ms = getattr(kernel, "call_ms", 0.0)
+    floors = [max(0.0, (w - kernel.trip_ms) / n - call_ms) for w, n in zip(walls, shares)]
+    believed = [max(s, f) for s, f in zip(samples, floors)]
     allow = kernel.trip_ms + TRIP_SLACK_MS[device]
     bounds = [max(0.0, (w * (1 - WALL_SLACK) - allow) / n - call_ms)
               for w, n in zip(walls, shares)]
-    believed = [max(s, b) for s, b in zip(samples, bounds)]
     claimed, seen = statistics.median(samples), statistics.median(bounds)
-    art = {"judge_clock_ms": round(seen, 5), "step_trip_ms": round(kernel.trip_ms, 4),
+    art = {"judge_clock_ms": round(statistics.median(floors), 5),
+           "step_trip_ms": round(kernel.trip_ms, 4),
            "step_call_ms": round(call_ms, 4), "calls_a_step": max(shares),
            "step_overhead_ms": round(statistics.median(
                w / n - s for w, n, s in zip(walls, shares, samples)), 4)}
