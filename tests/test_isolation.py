@@ -298,6 +298,33 @@ def test_candidate_processes_are_forked_from_the_server_not_the_judge():
         box.stop()
 
 
+def test_the_sweep_for_outsiders_is_off_the_clock_where_none_can_leave(monkeypatch):
+    """With the seccomp layer on, no process of the candidate's can leave its group: the
+    step's clock ends at the group's SIGSTOP, and the sweep after it (a /proc read for each
+    of its threads, tens in a process running torch and CUDA) is the judge's time."""
+    import time
+    from kdsl.search.eval import sandbox, stopping
+    box = sandbox.Sandbox("cpu", None)
+    try:
+        box.ready()
+        if box.confinement.get("seccomp") != "on":
+            pytest.skip(f"no seccomp filter here: {box.confinement.get('seccomp')}")
+        real = stopping.stop_outsiders
+
+        def slow(pid):
+            time.sleep(0.2)
+            return real(pid)
+
+        monkeypatch.setattr(stopping, "stop_outsiders", slow)
+        box.call("probe", 1)
+        assert box.last_wall_ms < 200
+        monkeypatch.setattr(box, "confinement", {"seccomp": "off: for the test"})
+        box.call("probe", 1)  # where processes can leave the group, the sweep is clocked
+        assert box.last_wall_ms >= 200
+    finally:
+        box.stop()
+
+
 def test_a_hung_candidate_dies_with_its_judge():
     """The judge killed mid-hang (a pool worker timed out): its forkserver and the hung
     candidate process go with it."""

@@ -11,7 +11,9 @@ compute the outputs the judge then read as the reply's.
 
 ``settle`` returns once every task is seen stopped, so the judge reads a candidate's
 outputs only when nothing of it can still write them. A request's wall clock ends at
-``halt``, before that wait: once the signal is sent no task runs code of the candidate's
+``halt`` (at ``stop_group`` where the candidate's seccomp filter keeps every process it
+starts in its group: the sweep that follows costs the judge a ``/proc`` read a thread),
+before that wait: once the signal is sent no task runs code of the candidate's
 again (one being scheduled stops before it returns to user code; one running on another
 core within microseconds, at the interrupt the signal sends), while the wait itself lasts
 until each preempted task is scheduled once, a scheduler slice on a busy machine, which is
@@ -34,8 +36,13 @@ class DidNotStop(Exception):
 
 def halt(pid: int) -> set[int]:
     """SIGSTOP to ``pid``'s group, then to every descendant outside it; those outside."""
+    stop_group(pid)
+    return stop_outsiders(pid)
+
+
+def stop_group(pid: int) -> None:
+    """SIGSTOP to ``pid``'s group: every process of it at once, in the kernel."""
     _signal_group(pid, signal.SIGSTOP)
-    return _stop_outsiders(pid)
 
 
 def settle(pid: int, outside=()) -> None:
@@ -78,7 +85,7 @@ def _signal_group(pid: int, sig) -> None:
     signal_pid(pid, sig)
 
 
-def _stop_outsiders(pid: int) -> set[int]:
+def stop_outsiders(pid: int) -> set[int]:
     """Stop the descendants of ``pid`` outside its group, sweep after sweep until a sweep
     finds no new one; those found."""
     found: set[int] = set()
