@@ -307,6 +307,11 @@ def interp_jobs() -> list[dict]:
             for dt in ("f32", "f16"):
                 jobs.append(dict(op=name, label="swap", genome=g, sizes=RAGGED[name], dtype=dt,
                                  seed=len(jobs)))
+        if name == "matmul":  # one TF32 product a step (the interpreter multiplies in f32)
+            g = dict(td.defaults(op, "cuda"), F32_DOT="tf32", BLOCK_M=32, BLOCK_N=32,
+                     BLOCK_K=16)
+            jobs.append(dict(op=name, label="tf32", genome=g, sizes=dict(M=37, N=24, K=40),
+                             dtype="f32", seed=len(jobs)))
         if name in TMA_OPS:
             # the TMA gene: rows of 16-byte multiples (descriptors) with M, N and K tails,
             # and a K whose f32 rows are not (the pointer loads again); partial_nt reads B
