@@ -95,11 +95,13 @@ class Run:
                          "source_path": r.get("source_path")})
         return rows
 
-    def export(self, path: str | Path, format: str = "module") -> Path:
+    def export(self, path: str | Path, format: str = "module", force: bool = False) -> Path:
         """Write the best kernel as a module (``format='module'``) or a KernelBench file
-        (``'kernelbench'``); see ``kdsl export``. Returns the path written."""
+        (``'kernelbench'``); see ``kdsl export``. A confirmed best slower than the run's start
+        or the baseline is refused (UsageError) unless ``force``, as ``kdsl export --force``.
+        Returns the path written."""
         from kdsl.search.export import kernel_of_run, write
-        return write(kernel_of_run(self.path), path, format)
+        return write(kernel_of_run(self.path, force=force), path, format)
 
 
 def open_run(path: str | Path) -> Run:

@@ -67,7 +67,10 @@ def test_table_lists_every_candidate(run):
 
 
 def test_export_writes_a_torch_op(run, tmp_path):
-    out = run.export(tmp_path / "rms.py")
+    # (forced: what is written is the point here; whether a 3-evaluation search of a 0.05 ms
+    # kernel beat the baseline on a loaded 2-core machine is timing, and export refuses a best
+    # the re-measurement found slower, as test_confirm asserts)
+    out = run.export(tmp_path / "rms.py", force=True)
     spec = importlib.util.spec_from_file_location("kdsl_test_api_rms", out)
     mod = importlib.util.module_from_spec(spec)
     sys.modules["kdsl_test_api_rms"] = mod
@@ -75,7 +78,7 @@ def test_export_writes_a_torch_op(run, tmp_path):
     x, w = torch.randn(5, 33), torch.randn(33)
     want = torch.nn.functional.rms_norm(x, (33,), w, eps=1e-6)
     assert torch.allclose(mod.run(x, w), want, rtol=1e-4, atol=1e-4)
-    kb = run.export(tmp_path / "kb.py", format="kernelbench")
+    kb = run.export(tmp_path / "kb.py", format="kernelbench", force=True)
     assert "class ModelNew" in kb.read_text()
 
 

@@ -291,8 +291,13 @@ def test_subset_reading_kernel_accepted(shared, clean, name):
 # beside them (a third of its time or more), so what is reported is real. A cache no check can
 # see (C's dead stack) that never serves an answer now (every timed call's inputs differ from
 # every earlier call's in every row); a forged timer on a kernel so fast that the judge's
-# clock bounds its figure rather than contradicting it.
+# clock bounds its figure rather than contradicting it; work left to a thread after the reply,
+# which the group's SIGSTOP freezes and the next SIGCONT resumes inside the next step's clock
+# (accepted so at 0.047x, 2.0 ms a call against a 0.094 ms baseline, its 3,000 threads' wake-up
+# included).
 NEVER_SERVED = {"cache_stack_slot.c": "ok_softmax.c",
+                # its late worker, woken with the group, now works on the step's clock
+                "async_after_reply_walk.c": "ok_softmax.c",
                 "clock_elf_walk_fast.c": "ok_softmax_vector.c",
                 "clock_slack_walk_once.c": "ok_softmax_vector.c",
                 "stop_sibling_farm.c": "ok_softmax.c"}
