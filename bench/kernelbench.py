@@ -43,6 +43,17 @@ FAMILIES_L1 = [("matmul", range(1, 19)), ("activation", range(19, 33)),
 PEAK_TFLOPS = {"f32": 67.0, "tf32": 494.0, "bf16": 989.0, "f16": 989.0}
 
 
+def judge_clock(artifacts: dict) -> dict:
+    """What the judge's clock saw of the timed calls: its bound, the probed costs of a step
+    and a call, and the candidate's own median where the bound overruled it."""
+    out = {k: artifacts.get(k) for k in ("judge_clock_ms", "step_trip_ms", "step_call_ms",
+                                          "step_overhead_ms") if k in artifacts}
+    claimed = artifacts.get("claimed_ms")
+    if claimed:
+        out["claimed_median_ms"] = round(sorted(claimed)[len(claimed) // 2], 5)
+    return out
+
+
 def family(level: int, number: int) -> str:
     if level != 1:
         return f"level{level}"
@@ -315,7 +326,7 @@ def main(argv=None) -> int:
                 row.update(eager_ms=(a.get("baselines_ms") or {}).get("eager") or (
                                res.baseline_ms if res.baseline_name == "eager" else None),
                            timing_phases_s=a.get("timing_phases_s"),
-                           confinement=a.get("confinement"))
+                           confinement=a.get("confinement"), clock=judge_clock(a))
                 row.update(ok=res.ok, stage=res.stage, kernel_ms=res.time_ms,
                            compile_ms=res.baseline_ms if res.baseline_name == "torch.compile"
                            else None, floor_ms=a.get("floor_ms"),
