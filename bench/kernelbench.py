@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 from concurrent.futures import as_completed
 from datetime import datetime, timezone
@@ -50,7 +51,7 @@ def judge_clock(artifacts: dict) -> dict:
                                           "step_overhead_ms") if k in artifacts}
     claimed = artifacts.get("claimed_ms")
     if claimed:
-        out["claimed_median_ms"] = round(sorted(claimed)[len(claimed) // 2], 5)
+        out["claimed_median_ms"] = round(statistics.median(claimed), 5)
     return out
 
 
