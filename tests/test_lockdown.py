@@ -24,7 +24,9 @@ from kdsl.search.jobs import EvalJob
 
 OUTSIDE = Path(tempfile.gettempdir(), f"kdsl-test-lockdown-{os.getpid()}")
 REPO_FILE = Path(lockdown.__file__).with_name("lockdown-probe.txt")
-CLONE = lockdown.SYSCALLS["clone"][platform.machine() != "x86_64"]
+ARCH = platform.machine() != "x86_64"
+CLONE = lockdown.SYSCALLS["clone"][ARCH]
+TIMER_CREATE = lockdown.SYSCALLS["timer_create"][ARCH]
 
 ESCAPES = f'''
 import os, socket
@@ -78,7 +80,45 @@ def kernel(inputs, outputs, sizes):
             os._exit(0)
         os.waitpid(pid, 0)
 
+    def clone_exit_sigcont():  # a child whose exit sends its parent SIGCONT
+        import ctypes
+        pid = ctypes.CDLL(None, use_errno=True).syscall({CLONE}, 18, 0, 0, 0, 0)
+        if pid == 0:
+            os._exit(0)
+        if pid < 0:
+            raise OSError(ctypes.get_errno(), "clone")
+        os.waitpid(pid, 0)
+
+    def timer_create():  # a kernel timer that could fire SIGCONT at its stopped process
+        import ctypes
+        timer = ctypes.c_int()
+        if ctypes.CDLL(None, use_errno=True).syscall({TIMER_CREATE}, 1, None,
+                                                     ctypes.byref(timer)) < 0:
+            raise OSError(ctypes.get_errno(), "timer_create")
+
+    def async_signal():  # the kernel signalling a pid of its choice when a pipe is ready
+        import fcntl
+        r, w = os.pipe()
+        try:
+            fcntl.fcntl(r, 10, 18)  # F_SETSIG: SIGCONT
+        finally:
+            os.close(r)
+            os.close(w)
+
+    def async_owner():
+        import fcntl
+        r, w = os.pipe()
+        try:
+            fcntl.fcntl(r, 8, judge)  # F_SETOWN: the judge
+        finally:
+            os.close(r)
+            os.close(w)
+
     attempt("clone_parent", clone_parent)
+    attempt("clone_exit_sigcont", clone_exit_sigcont)
+    attempt("timer_create", timer_create)
+    attempt("async_signal", async_signal)
+    attempt("async_owner", async_owner)
     attempt("start_thread", start_thread)
     attempt("fork", fork)
     raise RuntimeError(f"done={{sorted(done)}} refused={{sorted(refused)}}")
@@ -140,6 +180,15 @@ def test_what_it_starts_stays_below_it_and_threads_and_forks_still_work(result):
         pytest.skip(f"no seccomp filter here: {layer(result, 'seccomp')}")
     assert {"start_thread", "fork"} <= done(result), result.message
     assert "clone_parent" not in done(result), result.message
+
+
+def test_nothing_the_kernel_sends_later_can_wake_it_or_reach_the_judge(result):
+    """A signal the kernel sends for the process later (a timer, a clone's exit signal, a
+    ready descriptor) could be SIGCONT, which undoes the judge's stop, or go to the judge."""
+    if layer(result, "seccomp") != "on":
+        pytest.skip(f"no seccomp filter here: {layer(result, 'seccomp')}")
+    assert not {"clone_exit_sigcont", "timer_create", "async_signal", "async_owner"} \
+        & done(result), result.message
 
 
 @pytest.mark.parametrize("arch", sorted(lockdown.AUDIT_ARCH))

@@ -149,6 +149,7 @@ SYSCALLS = {  # name: (x86_64, aarch64)
     "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430),
     "fsmount": (432, 432), "socket": (41, 198), "setsid": (112, 157), "setpgid": (109, 154),
     "io_uring_setup": (425, 425), "clone": (56, 220), "clone3": (435, 435),
+    "fcntl": (72, 25), "timer_create": (222, 107), "mq_notify": (244, 184),
 }
 # (pidfd_open and pidfd_getfd stay allowed: taking another process's descriptor is checked
 # like ptrace, which the dropped capabilities and not-dumpable processes already refuse, and
@@ -159,7 +160,12 @@ DENIED = ("tkill", "pidfd_send_signal", "ptrace", "process_vm_readv", "process_v
           # every process it forks stays in its group, which one signal stops whole
           "setsid", "setpgid",
           # kernel-side workers doing its I/O outside any stop the judge sends
-          "io_uring_setup")
+          "io_uring_setup",
+          # the kernel sending a signal the process chose, which may be SIGCONT: a timer
+          # firing SIGCONT every 5 us undid the judge's SIGSTOP and let a thread work on
+          # after the step's clock ended (the signal is named in memory, out of the filter's
+          # reach, so the calls go whole; fcntl's F_SETSIG and F_SETOWN are refused below)
+          "timer_create", "mq_notify")
 TARGETED = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")  # first arg: a pid
 AF_UNIX = 1
 # clone's flags that would put a process where the judge does not look: CLONE_PARENT makes
@@ -175,15 +181,20 @@ CLONE_DENIED = (0x00008000       # CLONE_PARENT
                 | 0x10000000     # CLONE_NEWUSER
                 | 0x20000000     # CLONE_NEWPID
                 | 0x40000000)    # CLONE_NEWNET
+# fcntl commands that make the kernel signal a process of the caller's choice (any process
+# of the same user: the judge took a SIGUSR1 so) with a signal of its choice (SIGCONT)
+F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15
+SIGCHLD = 17  # the one signal a clone's child may send its parent on exit (flags' low byte)
 RET_ALLOW, RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
 RET_ENOSYS = 0x00050000 | errno.ENOSYS
-LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+LD_W_ABS, JEQ_K, JGE_K, JSET_K, AND_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06
 
 
 def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions: allow all but ``DENIED``; signals
     only to ``pid``, its group (``-pid``, 0) or its own threads; sockets only AF_UNIX;
-    clone without ``CLONE_DENIED`` flags, clone3 not at all (ENOSYS)."""
+    clone without ``CLONE_DENIED`` flags and with no exit signal but SIGCHLD, clone3 not
+    at all (ENOSYS); fcntl but F_SETOWN, F_SETOWN_EX and F_SETSIG."""
     audit, index = AUDIT_ARCH[arch], 0 if arch == "x86_64" else 1
     nr = {name: numbers[index] for name, numbers in SYSCALLS.items()}
     code: list = []  # (op, jt label | None, jf label | None, k) with labels resolved below
@@ -204,6 +215,7 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     emit(JEQ_K, nr["socket"], "socket", None)
     emit(JEQ_K, nr["clone"], "clone", None)
     emit(JEQ_K, nr["clone3"], "enosys", None)
+    emit(JEQ_K, nr["fcntl"], "fcntl", None)
     emit(RET_K, RET_ALLOW)
     labels["target"] = len(code)
     emit(LD_W_ABS, 16)                              # args[0], low word (a pid_t)
@@ -215,7 +227,15 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     emit(JEQ_K, AF_UNIX, "allow", "deny")
     labels["clone"] = len(code)
     emit(LD_W_ABS, 16)                              # the flags (args[0] on both ABIs)
-    emit(JSET_K, CLONE_DENIED, "deny", "allow")
+    emit(JSET_K, CLONE_DENIED, "deny", None)
+    emit(AND_K, 0xFF)                               # the exit signal: none or SIGCHLD
+    emit(JEQ_K, 0, "allow", None)
+    emit(JEQ_K, SIGCHLD, "allow", "deny")
+    labels["fcntl"] = len(code)
+    emit(LD_W_ABS, 24)                              # args[1], low word: the command
+    emit(JEQ_K, F_SETOWN, "deny", None)
+    emit(JEQ_K, F_SETSIG, "deny", None)
+    emit(JEQ_K, F_SETOWN_EX, "deny", "allow")
     labels["enosys"] = len(code)
     emit(RET_K, RET_ENOSYS)
     labels["allow"] = len(code)
