@@ -295,6 +295,7 @@ def test_subset_reading_kernel_accepted(shared, clean, name):
 # which the group's SIGSTOP freezes and the next SIGCONT resumes inside the next step's clock
 # (accepted so at 0.047x, 2.0 ms a call against a 0.094 ms baseline, its 3,000 threads' wake-up
 # included).
+TWIN_RETIMES = 3
 NEVER_SERVED = {"cache_stack_slot.c": "ok_softmax.c",
                 # its late worker, woken with the group, now works on the step's clock
                 "async_after_reply_walk.c": "ok_softmax.c",
@@ -313,8 +314,17 @@ def test_attack_rejected(shared, clean, name):
     if honest and attack.ok:
         [control] = control
         assert control.ok, describe(honest, control)
-        assert attack.time_ms >= control.time_ms / 3, (
-            f"{describe(name, attack)}; the honest {honest}: {control.time_ms:.4g} ms")
+        honest_ms = control.time_ms
+        # One load spike on a 2-core machine can make the twin read 15x its time, so compare
+        # against its best of a few timings: the honest figure, not a noisy one.
+        for _ in range(TWIN_RETIMES):
+            if attack.time_ms >= honest_ms / 3:
+                break
+            [again] = evaluate(shared, [honest])
+            if again.ok and again.time_ms:
+                honest_ms = min(honest_ms, again.time_ms)
+        assert attack.time_ms >= honest_ms / 3, (
+            f"{describe(name, attack)}; the honest {honest}: {honest_ms:.4g} ms at best")
         return
     assert_rejected(name, attack)
 
