@@ -27,7 +27,8 @@ from kdsl import cases, ir
 from kdsl.backends import Unsupported
 from kdsl.backends.triton import dot as td
 from kdsl.backends.triton.dot_plan import analyze
-from kdsl.backends.triton.dot_source import tma_layout, window_axes
+from kdsl.backends.triton import dot_staging
+from kdsl.backends.triton.dot_source import k_split, tma_layout, window_axes
 from kdsl.spec import load, parse_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +130,11 @@ op conv_transposed1d
 EXTRA = ("bmm_nt_gate", "vecmat_mean", "conv_pad_one", "odd_epilogue", "partial_nt",
          "conv2d_grouped_bias", "conv_transposed1d")
 SM90_SMEM, GFX942_SMEM = 232448, 65536
+# ops whose factors the STAGE gene copies (sizes where RAGGED has none)
+STAGED_OPS = {"conv1d": None, "conv2d_grouped_bias": dict(B=2, CI=6, CO=9, G=3, H=7, W=9, K=3,
+                                                         S=2, P=1, D=1),
+              "conv_transposed1d": None, "matmul": None,
+              "conv_pad_one": dict(CI=5, CO=7, L=19, KW=3, P=2, LO=21)}
 TMA_OPS = ("matmul", "matmul_bias_relu", "partial_nt")  # plain 2-D factors, dims M, N, K
 
 
@@ -233,6 +239,39 @@ def test_grouped_and_guarded_convolutions_tile_by_group_with_taps_as_scalars():
     assert "ph_r = (pid_m * BLOCK_M) // ph_t" in src
 
 
+def test_staging_puts_the_tiled_channel_innermost():
+    # taps as scalars leave the channel c on K: both factors copied channels-last
+    conv = extra_op("conv2d_grouped_bias")
+    plan = td._plan(conv)
+    assert dot_staging.permutations(conv, plan, k_split(plan, 2)[1]) == \
+        {"x": (0, 2, 3, 1), "w": (0, 2, 3, 1)}
+    # all of K flattened: w's lane kw is already last, and x's moves with the tile (ow + kw)
+    assert dot_staging.permutations(conv, plan, k_split(plan, 0)[1]) == {}
+    src = td.render(conv, {"K_SCALAR": 2, "STAGE": 1})
+    assert 'STAGED = {"x": (0, 2, 3, 1), "w": (0, 2, 3, 1)}' in src or \
+        'STAGED = {"w": (0, 2, 3, 1), "x": (0, 2, 3, 1)}' in src
+    assert "STAGED = {}" in td.render(conv, {"K_SCALAR": 2, "STAGE": 0})
+    staged = dot_staging.staged_op(conv, {"x": (0, 2, 3, 1)})
+    assert [str(e) for e in staged.tensor("x").shape] == \
+        [str(e) for e in (conv.tensor("x").shape[p] for p in (0, 2, 3, 1))]
+    read = next(n for n in ir.walk(staged.statements[0].value)
+                if isinstance(n, ir.Access) and n.tensor == "x")
+    assert read.subscripts[-1] == next(n for n in ir.walk(conv.statements[0].value)
+                                       if isinstance(n, ir.Access) and n.tensor == "x"
+                                       ).subscripts[1] and read.pad is not None
+    # a matmul's B[k, j] is read transposed: staged, it is the [j, k] copy
+    mm = library_op("matmul")
+    assert dot_staging.permutations(mm, analyze(mm), list(analyze(mm).k)) == {"b": (1, 0)}
+    # a gram tile's pairs are left alone, and a lane followed only by unit axes needs nothing
+    dlrm = library_op("dlrm_interaction")
+    assert dot_staging.permutations(dlrm, analyze(dlrm), list(analyze(dlrm).k)) == {}
+    unit = parse_text(EXTRA_SPECS.replace("w: like x [CO, CI // G, K, K]",
+                                          "w: like x [CO, K, K, CI // G, 1]").replace(
+        "* w[co, c, kh, kw]", "* w[co, kh, kw, c, 0]"), "<unit>").op("conv2d_grouped_bias")
+    uplan = td._plan(unit)
+    assert dot_staging.permutations(unit, uplan, k_split(uplan, 2)[1]) == {"x": (0, 2, 3, 1)}
+
+
 def test_groups_split_only_where_the_spec_says_the_block_divides():
     spec = """op grouped
   dims M, N, K, E
@@ -307,6 +346,17 @@ def interp_jobs() -> list[dict]:
             for dt in ("f32", "f16"):
                 jobs.append(dict(op=name, label="swap", genome=g, sizes=RAGGED[name], dtype=dt,
                                  seed=len(jobs)))
+        if name in STAGED_OPS:
+            # factors copied channels-last (B transposed, for the matmul) before the kernel:
+            # the taps as scalars, ragged and strided inputs
+            k_scalar = max(next((g.values for g in td.genes(op, "cuda")
+                                 if g.name == "K_SCALAR"), (0,)))
+            g = dict(td.defaults(op, "cuda"), STAGE=1, K_SCALAR=k_scalar)
+            for dt in ("f32", "f16"):
+                jobs.append(dict(op=name, label="stage", genome=g, dtype=dt, seed=len(jobs),
+                                 sizes=RAGGED.get(name) or STAGED_OPS[name]))
+            jobs.append(dict(op=name, label="stage", genome=g, dtype="f32", seed=len(jobs),
+                             sizes=RAGGED.get(name) or STAGED_OPS[name], strided=True))
         if name == "matmul":  # one TF32 product a step (the interpreter multiplies in f32)
             g = dict(td.defaults(op, "cuda"), F32_DOT="tf32", BLOCK_M=32, BLOCK_N=32,
                      BLOCK_K=16)

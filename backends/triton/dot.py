@@ -18,7 +18,7 @@ from kdsl.sizes import evaluate
 
 from kdsl.backends.base import Gene, Genome, Unsupported
 from kdsl.backends.lower.groups import split_groups
-from kdsl.backends.triton import dot_phases
+from kdsl.backends.triton import dot_phases, dot_staging
 from kdsl.backends.triton.dot_plan import Contraction, NotAContraction, analyze, swapped
 from kdsl.backends.triton.dot_source import k_split, render_module, split_axes, tma_layout, window_axes
 
@@ -81,11 +81,23 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
     if plan.a_guard is not None or plan.b_guard is not None:
         out.append(Gene("PHASES", (0, 1), doc="1: a stride guard's taps enumerated per "
                         "phase (only the taps that count); 0: every tap, masked"))
+    if _stageable(op, plan):
+        out.append(Gene("STAGE", (0, 1), doc="1: a factor whose tiled reduction index is "
+                        "not its innermost axis is copied first (one pass, in the timed call) "
+                        "into the permutation that puts it there (channels-last for a "
+                        "convolution): K-major tiles, vector loads, the layout Hopper's TF32 "
+                        "MMAs read; 0: every factor read where it lies"))
     if tma_layout(plan):
         out.append(Gene("TMA", (0, 1), doc="1: both factors' tiles by tensor descriptors "
                                            "(the copy engine; zero fill past the edges) "
                                            "where their strides allow; 0: pointer loads"))
     return out
+
+
+def _stageable(op: ir.Op, plan: Contraction) -> bool:
+    """Would some K_SCALAR leave a factor worth staging (``dot_staging``)?"""
+    return any(dot_staging.permutations(op, plan, k_split(plan, s)[1])
+               for s in range(len(window_axes(plan)) + 1))
 
 
 def _tiles(axes) -> tuple[int, ...]:
@@ -118,6 +130,12 @@ def defaults(op: ir.Op, device: str) -> Genome:
         if _strided_phases(plan, dict(g, K_SCALAR=len(windows)), sizes):
             # a stride's taps walked by phase skip S-1 of every S: worth a padded K tile
             g["K_SCALAR"] = len(windows)
+    if _stageable(op, plan):
+        # a window's taps run as scalars leave the channels on K: copied channels-last, the
+        # tiles load 16 bytes at a time (sm_90 compiles of KernelBench's 2-D convolutions:
+        # 18 16-byte cp.async a step against 72 of 4 bytes)
+        g["STAGE"] = int(bool(windows) and bool(dot_staging.permutations(
+            op, plan, k_split(plan, g.get("K_SCALAR", 0))[1])))
     if len(plan.m) > 1 or len(plan.n) > 1:
         inner = [_extent(axes[-1:], sizes) for axes in (plan.m, plan.n) if len(axes) > 1]
         g["FLATTEN"] = int(min(inner) < 128)
@@ -184,8 +202,14 @@ def render(op: ir.Op, genome: Genome) -> str:
     full["num_warps"] = _floor_pow2(max(1, int(full["num_warps"])))
     for key in ("GROUP_M", "num_stages"):
         full[key] = max(1, int(full[key]))
+    orders = {}
+    if full.get("STAGE"):
+        orders = dot_staging.permutations(op, plan,
+                                          k_split(plan, int(full.get("K_SCALAR", 0)))[1])
+        op = dot_staging.staged_op(op, orders)
+        plan = oriented(_plan(op), full)
     split = split_groups(op, proven=True)
-    return render_module(split.op, plan, full, split.exact)
+    return render_module(split.op, plan, full, split.exact, orders)
 
 
 def _swappable(plan: Contraction) -> bool:

@@ -1,0 +1,104 @@
+"""Staging a contraction's factors in a layout whose reduced axis is innermost (K-major).
+
+A convolution written over NCHW tensors reads its input as ``x[b, c, oh + kh, ow + kw]``
+and its weight as ``w[co, c, kh, kw]``: with the taps run as scalars (``K_SCALAR``), the
+tile's K lanes walk the channel ``c``, which in memory is a whole plane apart (x) or a tap
+count apart (w). Such a tile loads one element at a time, and its f32 operands reach the
+tensor cores only through a transposition (Hopper's TF32 MMAs read both operands K-major).
+
+Staged, the launcher copies such a factor once per call into the permutation of its axes
+that puts that subscript last (``x.permute(0, 2, 3, 1).contiguous()``, channels-last), and
+the kernel reads the copy: the op is rewritten so that the tensor's shape and every read of
+it follow the permutation, and the tile's addresses come out of the same code as before.
+The copy is one pass over the factor, inside the timed call.
+
+A factor is staged only when the subscript holding the innermost tiled K index moves with
+that index alone, one element per lane (``c``, or ``g * (CI // G) + c``: nothing from the
+M or N tiles, nor another tiled K index), and is not already last.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from kdsl import ir
+
+from kdsl.backends.triton.dot_plan import Axis, Contraction
+
+
+def permutations(op: ir.Op, plan: Contraction, k_inner: list[Axis]
+                 ) -> dict[str, tuple[int, ...]]:
+    """{input tensor: the order of its axes with the K lane's subscript moved last}; none
+    for a subscript followed only by axes of extent 1 (already innermost in memory)."""
+    if not k_inner or plan.pairs:
+        return {}
+    lane = k_inner[-1].name
+    others = {ax.name for ax in plan.m + plan.n + tuple(k_inner[:-1])}
+    out: dict[str, tuple[int, ...]] = {}
+    for f in (plan.a, plan.b):
+        if f.tensor == plan.target:
+            continue
+        at = _lane_subscript(f, lane, others)
+        if at is None or all(e == ir.Num(1) for e in op.tensor(f.tensor).shape[at + 1:]):
+            continue
+        order = tuple(p for p in range(len(f.subscripts)) if p != at) + (at,)
+        if out.get(f.tensor, order) != order:  # one tensor read two ways: leave it
+            return {}
+        out[f.tensor] = order
+    return out
+
+
+def _lane_subscript(f: ir.Access, lane: str, others: set[str]) -> int | None:
+    """The position of the subscript that is ``lane`` plus terms free of tiled indices."""
+    for p, s in enumerate(f.subscripts):
+        names = _names(s)
+        if lane in names:
+            return p if not names & others and _unit_in(s, lane) else None
+    return None
+
+
+def _unit_in(e: ir.Expr, lane: str) -> bool:
+    """Is ``e`` the index ``lane`` plus terms without it (coefficient exactly 1)?"""
+    if isinstance(e, ir.Name):
+        return e.name == lane
+    if isinstance(e, ir.Binary) and e.op in ("+", "-"):
+        left, right = lane in _names(e.left), lane in _names(e.right)
+        if left and not right:
+            return _unit_in(e.left, lane)
+        if right and not left and e.op == "+":
+            return _unit_in(e.right, lane)
+    return False
+
+
+def _names(e: ir.Expr) -> set[str]:
+    return {n.name for n in ir.walk(e) if isinstance(n, ir.Name)}
+
+
+def staged_op(op: ir.Op, orders: dict[str, tuple[int, ...]]) -> ir.Op:
+    """``op`` with each named tensor's axes in ``orders``' order, every read of it alike."""
+    if not orders:
+        return op
+    tensors = tuple(dataclasses.replace(t, shape=tuple(t.shape[p] for p in orders[t.name]))
+                    if t.name in orders else t for t in op.tensors)
+    statements = tuple(dataclasses.replace(st, value=_permuted(st.value, orders))
+                       for st in op.statements)
+    return dataclasses.replace(op, tensors=tensors, statements=statements)
+
+
+def _permuted(e, orders):
+    if isinstance(e, ir.Access) and e.tensor in orders:
+        subs = tuple(_permuted(s, orders) for s in e.subscripts)
+        pad = None if e.pad is None else _permuted(e.pad, orders)
+        return dataclasses.replace(e, subscripts=tuple(subs[p] for p in orders[e.tensor]),
+                                   pad=pad)
+    if not dataclasses.is_dataclass(e) or isinstance(e, (ir.Name, ir.Num, ir.Loc)):
+        return e
+    changes = {}
+    for field in dataclasses.fields(e):
+        v = getattr(e, field.name)
+        if isinstance(v, tuple):
+            new = tuple(_permuted(x, orders) for x in v)
+        else:
+            new = _permuted(v, orders)
+        if new is not v:
+            changes[field.name] = new
+    return dataclasses.replace(e, **changes) if changes else e
