@@ -128,6 +128,8 @@ def report(op_name: str, candidate: Candidate, result: Result, config: EvalConfi
     if result.baseline_ms is not None:
         note = f", {a['baseline_fallback']}" if a.get("baseline_fallback") else ""
         console.print(f"baseline      {result.baseline_ms:.4g} ms  ({result.baseline_name}{note})")
+        if a.get("baseline_precision"):
+            console.print(f"              {a['baseline_precision']}", markup=False)
     if result.ok and result.time_ms:
         console.print(f"speedup       {result.speedup:.3g}x")
     if not result.ok:

@@ -27,12 +27,13 @@ import functools
 import linecache
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from kdsl import baseline, cases, dtypes, ir
 
 from . import correctness as corr
+from . import baseline_precision as precision
 from . import device_lock
 from . import floor, threads, timed_calls
 from .floor import bench_traffic_bytes, copy_bandwidth
@@ -83,6 +84,8 @@ class BaselineTime:
     ms: float
     name: str       # 'torch.compile' | 'eager'
     note: str = ""  # why torch.compile fell back to eager
+    precision: str = ""  # where torch's default precision failed the spec (baseline_precision)
+    default_ms: float | None = None  # then: the time at torch's defaults, not the baseline
 
 
 BASELINES: dict[tuple, BaselineTime] = {}
@@ -157,9 +160,34 @@ def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
             run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
             with hold():
                 samples = timer(run, warmup=config.warmup, reps=config.reps)
+            base = BaselineTime(statistics.median(samples), name, note)
+            if precision.applies(op, case.dtype, device):
+                base = _held_to_spec(op, case, device, mode, config, timer, compile_fn, hold,
+                                     waited, tensors, run, base)
         del run, tensors
-        cache[key] = BaselineTime(statistics.median(samples), name, note)
+        cache[key] = base
     return cache[key]
+
+
+def _held_to_spec(op, case, device, mode, config, timer, compile_fn, hold, waited, tensors,
+                  run, base: BaselineTime) -> BaselineTime:
+    """``base``, or the baseline timed with TF32 off where torch's default failed the
+    spec's tolerance at the bench point and TF32 off passes (``baseline_precision``)."""
+    ref, _ = oracle(op, case, device, hold, uploaded=tensors, waited=waited)
+    with hold():
+        default = precision.judge(op, case.dtype, run(), ref)
+    if default[0] is not False:
+        return base
+    with precision.tf32_off():
+        strict_run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
+        with hold():
+            strict = precision.judge(op, case.dtype, strict_run(), ref)
+        held = precision.verdict(default, strict)
+        if not held.tf32_off:
+            return replace(base, precision=held.note)
+        with hold():
+            samples = timer(strict_run, warmup=config.warmup, reps=config.reps)
+    return BaselineTime(statistics.median(samples), name, note, held.note, base.ms)
 
 
 # ---- the oracle at the bench point -----------------------------------------
@@ -602,6 +630,8 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
                 bandwidth_gbs=bw / 1e9, suspect=below is not None or contradiction is not None)
     if base.note:
         arts["baseline_fallback"] = base.note
+    if base.precision:
+        arts.update(baseline_precision=base.precision, baseline_default_ms=base.default_ms)
     timing = Timing(None, time_ms, base.ms, base.name, arts)
     timing.message = contradiction or below
     return timing

@@ -1,0 +1,84 @@
+"""The baseline held to the spec's tolerance (``search/eval/baseline_precision.py``).
+
+CI has no GPU, so the TF32 a CUDA baseline would use is played by a baseline expression
+that reads torch's own switch: wrong while ``torch.backends.cudnn.allow_tf32`` is on, right
+once it is off, as cuDNN's f32 convolutions are against a 1e-3 tolerance. Only the check
+that TF32 could apply (an f32 operand on CUDA) is patched; the timing, the oracle, the
+tolerance check against the float64 oracle and torch's switches are the real ones.
+"""
+from __future__ import annotations
+
+import torch
+
+from kdsl.search.eval import baseline_precision as precision
+from kdsl.search.eval import timing
+from kdsl.search.jobs import EvalConfig
+from kdsl.spec import parse_text
+
+SPEC = """op scaled
+  dims N
+  in  x: f32 [N]
+  out y: like x [N]
+  y[i] = x[i] * 2
+  baseline x * {factor}
+  tolerance f32(rtol=1e-3, atol=1e-3)
+  test  N in 1..64
+  bench N=4096, dtype=f32
+"""
+# off by 1% in f32 with TF32 on (the switch's default), exact with it off; the oracle, the
+# baseline on float64 copies, is exact either way (as cuDNN's f64 convolutions are)
+SWITCHED = "(2.02 if torch.backends.cudnn.allow_tf32 and x.dtype == torch.float32 else 2.0)"
+# wrong in f32 whatever the switch says
+WRONG = "(3 if x.dtype == torch.float32 else 2)"
+
+
+def time_of(factor: str, monkeypatch):
+    op = parse_text(SPEC.format(factor=factor), "<precision>").ops[0]
+    monkeypatch.setattr(precision, "applies", lambda *a: True)
+    config = EvalConfig(device="cpu", warmup=1, reps=3, baseline="eager")
+    point = timing.bench_point(op, "cpu")
+    case = timing.bench_case(op, point, "f32")
+    timing._ORACLES.clear()
+    return timing.time_baseline(op, case, "cpu", "eager", config, timing.default_timer("cpu"),
+                                {})
+
+
+def test_a_baseline_outside_the_tolerance_at_defaults_is_timed_with_tf32_off(monkeypatch):
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    base = time_of(SWITCHED, monkeypatch)
+    assert base.precision.startswith("torch's default TF32 failed the spec's tolerance")
+    assert "timed with TF32 off" in base.precision and base.default_ms is not None
+    assert base.ms > 0
+    # torch's switches are as they were
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
+
+
+def test_a_baseline_within_the_tolerance_is_left_alone(monkeypatch):
+    base = time_of("2", monkeypatch)
+    assert base.precision == "" and base.default_ms is None
+
+
+def test_a_baseline_wrong_either_way_keeps_the_defaults_and_says_so(monkeypatch):
+    base = time_of(WRONG, monkeypatch)
+    assert "with TF32 on" in base.precision and "and off" in base.precision
+    assert base.default_ms is None
+
+
+def test_tf32_could_touch_only_f32_operands_on_cuda():
+    op = parse_text(SPEC.format(factor="2"), "<precision>").ops[0]
+    assert not precision.applies(op, "f32", "cpu")
+    half = parse_text(SPEC.format(factor="2").replace("x: f32", "x: f16").replace(
+        "f32(rtol", "f16(rtol").replace("dtype=f32", "dtype=f16"), "<half>").ops[0]
+    assert not precision.applies(half, "f16", "cuda")
+
+
+def test_the_switches_are_restored_even_when_the_block_raises():
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    try:
+        with precision.tf32_off():
+            assert not torch.backends.cudnn.allow_tf32
+            assert not torch.backends.cuda.matmul.allow_tf32
+            raise RuntimeError("inside")
+    except RuntimeError:
+        pass
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
