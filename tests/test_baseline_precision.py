@@ -64,6 +64,23 @@ def test_a_baseline_wrong_either_way_keeps_the_defaults_and_says_so(monkeypatch)
     assert base.default_ms is None
 
 
+def test_a_check_out_of_device_memory_keeps_the_defaults_and_says_so(monkeypatch):
+    def no_room(*a, **k):
+        raise MemoryError("out of memory")
+    monkeypatch.setattr(timing, "oracle", no_room)
+    base = time_of(SWITCHED, monkeypatch)
+    assert base.precision == precision.UNCHECKED and base.default_ms is None and base.ms > 0
+
+
+def test_the_largest_error_is_found_a_chunk_at_a_time(monkeypatch):
+    monkeypatch.setitem(timing.COMPARE_CHUNK, "cpu", 7)
+    got, ref = torch.zeros(50), torch.zeros(50, dtype=torch.float64)
+    got[33] = 0.5
+    assert precision._max_error(got, ref) == 0.5
+    got[44] = float("nan")
+    assert precision._max_error(got, ref) == float("inf")
+
+
 def test_tf32_could_touch_only_f32_operands_on_cuda():
     op = parse_text(SPEC.format(factor="2"), "<precision>").ops[0]
     assert not precision.applies(op, "f32", "cpu")

@@ -173,20 +173,30 @@ def _held_to_spec(op, case, device, mode, config, timer, compile_fn, hold, waite
                   run, base: BaselineTime) -> BaselineTime:
     """``base``, or the baseline timed with TF32 off where torch's default failed the
     spec's tolerance at the bench point and TF32 off passes (``baseline_precision``)."""
-    ref, _ = oracle(op, case, device, hold, uploaded=tensors, waited=waited)
-    with hold():
-        default = precision.judge(op, case.dtype, run(), ref)
-    if default[0] is not False:
-        return base
-    with precision.tf32_off():
-        strict_run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
+    try:
+        ref, _ = oracle(op, case, device, hold, uploaded=tensors, waited=waited)
         with hold():
-            strict = precision.judge(op, case.dtype, strict_run(), ref)
-        held = precision.verdict(default, strict)
-        if not held.tf32_off:
-            return replace(base, precision=held.note)
-        with hold():
-            samples = timer(strict_run, warmup=config.warmup, reps=config.reps)
+            default = precision.judge(op, case.dtype, run(), ref)
+        if default[0] is not False:
+            return base
+        with precision.tf32_off():
+            strict_run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
+            with hold():
+                strict = precision.judge(op, case.dtype, strict_run(), ref)
+            del ref
+            held = precision.verdict(default, strict)
+            if not held.tf32_off:
+                return replace(base, precision=held.note)
+            with hold():
+                samples = timer(strict_run, warmup=config.warmup, reps=config.reps)
+    except Exception as e:
+        if not corr.out_of_memory(e):
+            raise
+        ref = default = strict = None  # (what the check held, freed before the caller goes on)
+        if device == "cuda":
+            import torch
+            torch.cuda.empty_cache()
+        return replace(base, precision=precision.UNCHECKED)
     return BaselineTime(statistics.median(samples), name, note, held.note, base.ms)
 
 
