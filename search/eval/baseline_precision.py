@@ -30,39 +30,84 @@ class Held:
     tf32_off: bool = False
 
 
+def _precision_switches(torch) -> list:
+    """torch's per-backend ``fp32_precision`` switches, where this torch has them, parents
+    before children (a child's 'none' defers to its parent)."""
+    b = torch.backends
+    objs = [b, b.cudnn, getattr(b.cudnn, "conv", None), getattr(b.cudnn, "rnn", None),
+            b.cuda.matmul]
+    return [o for o in objs if o is not None and hasattr(o, "fp32_precision")]
+
+
+def _read(getter):
+    """A switch's value, or None where torch refuses to read it (a state set through its
+    newer per-backend API that the legacy view calls a mix)."""
+    try:
+        return getter()
+    except RuntimeError:
+        return None
+
+
 def tf32_enabled() -> bool:
+    """Could cuDNN or cuBLAS use TF32 here? True where the switches cannot be read."""
     import torch
-    return bool(torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32)
+    b = torch.backends
+    legacy = _read(lambda: (b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32))
+    return True if legacy is None else any(legacy)
 
 
 @contextlib.contextmanager
 def tf32_off():
-    """cuDNN and cuBLAS in full f32 inside the block; torch's switches restored after."""
+    """cuDNN and cuBLAS in full f32 inside the block, torch's switches as they were after.
+
+    Through the legacy flags where torch reads them (what torch's defaults are set by),
+    then ``set_float32_matmul_precision`` as it read before (the flags' round trip alone
+    leaves 'medium' unreadable); through the per-backend strings where the legacy view is
+    refused, restored string by string."""
     import torch
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    b = torch.backends
+    legacy = _read(lambda: (b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32))
+    matmul = _read(torch.get_float32_matmul_precision)
+    switches = _precision_switches(torch)
+    saved = [o.fp32_precision for o in switches]
     try:
+        if legacy is not None:
+            b.cudnn.allow_tf32 = b.cuda.matmul.allow_tf32 = False
+        else:
+            for o in switches[2:]:
+                o.fp32_precision = "ieee"
         yield
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        if legacy is not None:
+            b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32 = legacy
+            if matmul is not None:
+                torch.set_float32_matmul_precision(matmul)
+        else:
+            for o, value in zip(switches, saved):
+                o.fp32_precision = value
 
 
 def applies(op: ir.Op, dtype: str, device: str) -> bool:
-    """Could TF32 have touched this baseline? An f32 operand on a CUDA device."""
-    return device == "cuda" and any(op.dtype_of(t.name, dtype) == "f32" for t in op.inputs) \
-        and tf32_enabled()
+    """Could TF32 have touched this baseline? A float operand on a CUDA device (a 16-bit
+    spec's baseline may compute in f32 on the way), with TF32 possibly on."""
+    return device == "cuda" and tf32_enabled() and any(
+        op.dtype_of(t.name, dtype) in ("f32", "f16", "bf16") for t in op.inputs)
 
 
-def judge(op: ir.Op, dtype: str, result, ref: dict | None) -> tuple[bool | None, float]:
-    """(within the spec's tolerance of the oracle?, largest error); None: no oracle."""
+def judge(op: ir.Op, dtype: str, result, ref: dict | None) -> tuple[bool | None, str]:
+    """(within the spec's tolerance of the oracle?, what was found); None: no oracle."""
     from .timing import close_on_device
     if ref is None:
-        return None, 0.0
+        return None, "no float64 oracle"
     got = baseline.outputs_of(op, result)
     ok, error = close_on_device(op, dtype, got, ref)
-    if ok is False:  # close_on_device stops at the first bad chunk: the worst element
-        error = max(_max_error(got[k], ref[k]) for k in ref if got[k].is_floating_point())
-    return ok, error
+    if ok is not False:
+        return ok, f"max error {error:.3g}"
+    # close_on_device stops at the first bad chunk: the worst element, where it is a float
+    floats = [_max_error(got[k], ref[k]) for k in ref if got[k].is_floating_point()]
+    if not floats or max(floats) == 0:
+        return False, "an output that is not a float differs"
+    return False, f"max error {max(floats):.3g}"
 
 
 def _max_error(g, r) -> float:
@@ -80,20 +125,24 @@ def _max_error(g, r) -> float:
     return worst
 
 
-def verdict(default: tuple[bool | None, float], strict: tuple[bool | None, float] | None
+def verdict(default: tuple[bool | None, str], strict: tuple[bool | None, str] | None
             ) -> Held:
     """Which precision the baseline is timed in, from its checks at torch's defaults and,
     where those failed, with TF32 off."""
-    ok, error = default
-    if ok is not False:
+    ok, found = default
+    if ok is None:
+        return Held(f"the baseline's precision was not checked at the bench point ({found}); "
+                    f"timed at torch's defaults")
+    if ok:
         return Held()
     if strict is not None and strict[0]:
         return Held(f"torch's default TF32 failed the spec's tolerance at the bench point "
-                    f"(max error {error:.3g}); timed with TF32 off (max error "
-                    f"{strict[1]:.3g})", tf32_off=True)
+                    f"({found}); timed with TF32 off ({strict[1]})", tf32_off=True)
     return Held(f"the baseline failed the spec's tolerance at the bench point with TF32 on "
-                f"(max error {error:.3g}) and off; timed at torch's defaults")
+                f"({found}) and off; timed at torch's defaults")
 
 
-UNCHECKED = ("the baseline's precision was not checked at the bench point (out of device "
-             "memory); timed at torch's defaults")
+def unchecked(why: str) -> str:
+    """The note where the check could not finish: torch's defaults stand."""
+    return f"the baseline's precision was not checked at the bench point ({why}); timed at " \
+           f"torch's defaults"

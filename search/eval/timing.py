@@ -160,25 +160,30 @@ def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
             run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
             with hold():
                 samples = timer(run, warmup=config.warmup, reps=config.reps)
-            base = BaselineTime(statistics.median(samples), name, note)
+            base, keep = BaselineTime(statistics.median(samples), name, note), True
             if precision.applies(op, case.dtype, device):
-                base = _held_to_spec(op, case, device, config, timer, hold, waited, tensors,
-                                     run, base)
+                base, keep = _held_to_spec(op, case, device, config, timer, hold, waited,
+                                           tensors, run, base)
         del run, tensors
+        if not keep:  # (checked again by the next job, when the device may have room)
+            return base
         cache[key] = base
     return cache[key]
 
 
 def _held_to_spec(op, case, device, config, timer, hold, waited, tensors, run,
-                  base: BaselineTime) -> BaselineTime:
-    """``base``, or the baseline timed with TF32 off where torch's default failed the
-    spec's tolerance at the bench point and TF32 off passes (``baseline_precision``)."""
+                  base: BaselineTime) -> tuple[BaselineTime, bool]:
+    """(``base``, or the baseline timed with TF32 off where torch's default failed the
+    spec's tolerance at the bench point and TF32 off passes; whether to keep it for the
+    process's later jobs: not where the device was short of memory this once)."""
+    step = "the check"
     try:
         ref, _ = oracle(op, case, device, hold, uploaded=tensors, waited=waited)
         with hold():
             default = precision.judge(op, case.dtype, run(), ref)
         if default[0] is not False:
-            return base
+            held = precision.verdict(default, None)
+            return replace(base, precision=held.note), True
         # the same callable: cuDNN and cuBLAS read the switches at each call (and what
         # the output shows, not the switch, decides), so nothing compiles a second time
         with precision.tf32_off():
@@ -187,18 +192,22 @@ def _held_to_spec(op, case, device, config, timer, hold, waited, tensors, run,
             del ref
             held = precision.verdict(default, strict)
             if not held.tf32_off:
-                return replace(base, precision=held.note)
+                return replace(base, precision=held.note), True
+            step = "the timing with TF32 off"
             with hold():
                 samples = timer(run, warmup=config.warmup, reps=config.reps)
     except Exception as e:
-        if not corr.out_of_memory(e):
-            raise
+        # the check never costs the baseline its time: torch's defaults stand, and why
+        short = corr.out_of_memory(e)
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        why = "out of device memory" if short else f"{type(e).__name__}: {first}"
         ref = default = strict = None  # (what the check held, freed before the caller goes on)
         if device == "cuda":
             import torch
             torch.cuda.empty_cache()
-        return replace(base, precision=precision.UNCHECKED)
-    return BaselineTime(statistics.median(samples), base.name, base.note, held.note, base.ms)
+        return replace(base, precision=precision.unchecked(f"{step}: {why}")), not short
+    return BaselineTime(statistics.median(samples), base.name, base.note, held.note,
+                        base.ms), True
 
 
 # ---- the oracle at the bench point -----------------------------------------
@@ -583,6 +592,8 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
                 other = time_baseline(op, case, device, extra, config, timer, cache,
                                       compile_fn, hold, waited=arts)
             arts.setdefault("baselines_ms", {})[other.name] = other.ms
+            if other.precision:
+                arts.setdefault("baselines_precision", {})[other.name] = other.precision
     with lap("timed_runs"), hold(), torch.no_grad():
         # one timed run of each input set first: a kernel already far slower than the
         # baseline is ranked by them, instead of holding the device for warmup + reps more
