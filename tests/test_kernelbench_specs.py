@@ -169,3 +169,14 @@ def test_a_row_keeps_what_the_judges_clock_saw():
         "judge_clock_ms": 0.37, "step_trip_ms": 0.2, "step_call_ms": 1.2,
         "step_overhead_ms": 1.5, "claimed_median_ms": 0.2}
     assert kernelbench.judge_clock({}) == {}
+
+
+def test_a_row_whose_baselines_were_held_says_so_in_the_table(tmp_path):
+    meta = {"device": "x", "level": 1, "budget": 0, "versions": {}, "date": "d"}
+    held = dict(_row(55, True, 17.2, 14.4, 19.5), compile_default_ms=4.392,
+                baseline_precision="torch's default TF32 failed the spec's tolerance")
+    kernelbench.write(tmp_path, meta, [held, _row(56, False, None, 1.0, 1.0)])
+    table = (tmp_path / "kernelbench.md").read_text()
+    line = next(ln for ln in table.splitlines() if ln.startswith("| 55 |"))
+    assert "baselines TF32 off (compile at torch's default 4.392 ms)" in line
+    assert "TF32" not in next(ln for ln in table.splitlines() if ln.startswith("| 56 |"))
