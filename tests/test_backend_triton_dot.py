@@ -28,6 +28,7 @@ from kdsl.backends import Unsupported
 from kdsl.backends.triton import dot as td
 from kdsl.backends.triton.dot_plan import analyze
 from kdsl.backends.triton import dot_staging
+from kdsl.backends.triton.dot_im2col import linear
 from kdsl.backends.triton.dot_source import k_split, tma_layout, window_axes
 from kdsl.spec import load, parse_text
 
@@ -126,10 +127,26 @@ op conv_transposed1d
   tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
   test  B in 1..2, CI in 1..12, CO in 1..12, G in 1..3, L in 1..20, K in 1..4, S in 1..3, P in 0..2, D in 1..2 where CI % G == 0, CO % G == 0, 2 * P <= (L - 1) * S + D * (K - 1)
   bench B=16, CI=64, CO=64, G=1, L=65536, K=3, S=2, P=1, D=1, dtype=f16
+op conv3d_strided_dilated
+  dims B, CI, CO, D, H, W, K, S, P, DL
+  in  x: f32 | f16 [B, CI, D, H, W]
+  in  w: like x [CO, CI, K, K, K]
+  out y: like x [B, CO, (D + 2 * P - DL * (K - 1) - 1) // S + 1, (H + 2 * P - DL * (K - 1) - 1) // S + 1, (W + 2 * P - DL * (K - 1) - 1) // S + 1]
+  y[b, co, od, oh, ow] = sum(c, kd, kh, kw) x[b, c, od * S + kd * DL - P, oh * S + kh * DL - P, ow * S + kw * DL - P] pad(0) * w[co, c, kd, kh, kw]
+  baseline F.conv3d(x, w, stride=S, padding=P, dilation=DL)
+  tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=5e-3, atol=1e-2)
+  test  B in 1..2, CI in 1..3, CO in 1..5, D in 1..6, H in 1..6, W in 1..6, K in 1..3, S in 1..2, P in 0..1, DL in 1..2 where DL * (K - 1) + 1 <= D + 2 * P, DL * (K - 1) + 1 <= H + 2 * P, DL * (K - 1) + 1 <= W + 2 * P
+  bench B=16, CI=3, CO=64, D=64, H=64, W=64, K=3, S=1, P=0, DL=1, dtype=f32
 """
 EXTRA = ("bmm_nt_gate", "vecmat_mean", "conv_pad_one", "odd_epilogue", "partial_nt",
-         "conv2d_grouped_bias", "conv_transposed1d")
+         "conv2d_grouped_bias", "conv_transposed1d", "conv3d_strided_dilated")
 SM90_SMEM, GFX942_SMEM = 232448, 65536
+# ops whose window the IM2COL gene unfolds (sizes where RAGGED has none)
+UNFOLDED_OPS = {"conv1d": None, "conv_pad_one": dict(CI=5, CO=7, L=19, KW=3, P=2, LO=21),
+                "conv2d_grouped_bias": dict(B=2, CI=6, CO=9, G=3, H=7, W=9, K=3, S=2, P=1,
+                                            D=2),
+                "conv3d_strided_dilated": dict(B=2, CI=3, CO=5, D=6, H=5, W=7, K=3, S=2, P=1,
+                                               DL=2)}
 # ops whose factors the STAGE gene copies (sizes where RAGGED has none)
 STAGED_OPS = {"conv1d": None, "conv2d_grouped_bias": dict(B=2, CI=6, CO=9, G=3, H=7, W=9, K=3,
                                                          S=2, P=1, D=1),
@@ -272,6 +289,41 @@ def test_staging_puts_the_tiled_channel_innermost():
     assert dot_staging.permutations(unit, uplan, k_split(uplan, 2)[1]) == {"x": (0, 2, 3, 1)}
 
 
+def test_im2col_unfolds_a_window_read_affinely_and_nothing_else():
+    conv = extra_op("conv2d_grouped_bias")
+    genes = {g.name for g in td.genes(conv, "cuda")}
+    assert "IM2COL" in genes and td.defaults(conv, "cuda")["IM2COL"] == 0
+    src = td.render(conv, {"IM2COL": 1})
+    # the kernel reads the unfolded tensor as a plain GEMM operand: no window, no bounds
+    assert "def _unfold_x_cols(x, sizes):" in src and "t_x_cols" in src
+    assert 'inputs = dict(inputs, x_cols=_unfold_x_cols(inputs["x"], sizes))' in src
+    kernel = src.split("@triton.jit")[-1].split("def _unfold_x_cols")[0]
+    assert ">= 0)" not in kernel and "t_x +" not in kernel
+    # a guarded window (the transposed convolution's stride test), a plain GEMM: not offered
+    for name in ("conv_transposed1d", "matmul_bias_relu"):
+        assert "IM2COL" not in {g.name for g in td.genes(find_op(name), "cuda")}
+    indices = {"o", "k", "g", "c"}
+    assert linear(parse_expr("o * S + k * D - P"), indices) is not None
+    assert linear(parse_expr("(o + P - k) // S"), indices) is None  # a divided index
+    assert linear(parse_expr("o * k"), indices) is None
+    assert linear(parse_expr("P - o"), indices) is None  # a negative coefficient
+
+
+def parse_expr(text: str) -> ir.Expr:
+    spec = f"""op e
+  dims S, D, P, N
+  in  x: f32 [N]
+  out y: f32 [N]
+  y[o] = sum(k in 0 .. 2, g in 0 .. 2, c in 0 .. 2) x[{text}] pad(0)
+  baseline x
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test  N in 1..4, S in 1..2, D in 1..2, P in 0..1
+  bench N=4, S=1, D=1, P=0, dtype=f32
+"""
+    st = parse_text(spec, "<e>").ops[0].statements[0]
+    return next(n for n in ir.walk(st.value) if isinstance(n, ir.Access)).subscripts[0]
+
+
 def test_groups_split_only_where_the_spec_says_the_block_divides():
     spec = """op grouped
   dims M, N, K, E
@@ -357,6 +409,16 @@ def interp_jobs() -> list[dict]:
                                  sizes=RAGGED.get(name) or STAGED_OPS[name]))
             jobs.append(dict(op=name, label="stage", genome=g, dtype="f32", seed=len(jobs),
                              sizes=RAGGED.get(name) or STAGED_OPS[name], strided=True))
+        if name in UNFOLDED_OPS:
+            # the window unfolded before the GEMM (im2col): padding with its pad value,
+            # strides, dilation and groups in the gather, ragged and strided inputs
+            g = dict(td.defaults(op, "cuda"), IM2COL=1)
+            sizes = RAGGED.get(name) or UNFOLDED_OPS[name]
+            for dt in ("f32", "f16"):
+                jobs.append(dict(op=name, label="im2col", genome=g, dtype=dt, seed=len(jobs),
+                                 sizes=sizes))
+            jobs.append(dict(op=name, label="im2col", genome=dict(g, FLATTEN=0, SWAP=1),
+                             dtype="f32", seed=len(jobs), sizes=sizes, strided=True))
         if name == "matmul":  # one TF32 product a step (the interpreter multiplies in f32)
             g = dict(td.defaults(op, "cuda"), F32_DOT="tf32", BLOCK_M=32, BLOCK_N=32,
                      BLOCK_K=16)
@@ -546,7 +608,11 @@ def static_compile(mod, op: ir.Op, sizes: dict, dtype: str, backend: str, idx64=
             else:
                 signature[arg], constexprs[arg] = "constexpr", None
         elif arg.startswith("t_"):
-            signature[arg] = "*" + TRITON_TYPES[op.dtype_of(arg[2:], dtype)]
+            try:
+                kind = op.dtype_of(arg[2:], dtype)
+            except KeyError:  # a tensor the launcher derives (an unfolded window): like x
+                kind = dtype
+            signature[arg] = "*" + TRITON_TYPES[kind]
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif arg in scalars and scalars[arg] == 1:
             signature[arg], constexprs[arg] = "constexpr", 1

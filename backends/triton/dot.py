@@ -18,7 +18,7 @@ from kdsl.sizes import evaluate
 
 from kdsl.backends.base import Gene, Genome, Unsupported
 from kdsl.backends.lower.groups import split_groups
-from kdsl.backends.triton import dot_phases, dot_staging
+from kdsl.backends.triton import dot_im2col, dot_phases, dot_staging
 from kdsl.backends.triton.dot_plan import Contraction, NotAContraction, analyze, swapped
 from kdsl.backends.triton.dot_source import k_split, render_module, split_axes, tma_layout, window_axes
 
@@ -81,6 +81,12 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
     if plan.a_guard is not None or plan.b_guard is not None:
         out.append(Gene("PHASES", (0, 1), doc="1: a stride guard's taps enumerated per "
                         "phase (only the taps that count); 0: every tap, masked"))
+    if _unfoldable(op):
+        out.append(Gene("IM2COL", (0, 1), doc="1: the windowed factor copied first (one "
+                        "gather, in the timed call) into a dense [its indices.., reduction] "
+                        "tensor the GEMM reads without masks or per-element addresses; it "
+                        "holds K / channels times the input, so it pays where the reduction "
+                        "has few channels; 0: the window read in place"))
     if _stageable(op, plan):
         out.append(Gene("STAGE", (0, 1), doc="1: a factor whose tiled reduction index is "
                         "not its innermost axis is copied first (one pass, in the timed call) "
@@ -92,6 +98,11 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
                                            "(the copy engine; zero fill past the edges) "
                                            "where their strides allow; 0: pointer loads"))
     return out
+
+
+def _unfoldable(op: ir.Op) -> bool:
+    split = split_groups(op, proven=True)
+    return dot_im2col.find(split.op, analyze(split.op)) is not None
 
 
 def _stageable(op: ir.Op, plan: Contraction) -> bool:
@@ -130,6 +141,8 @@ def defaults(op: ir.Op, device: str) -> Genome:
         if _strided_phases(plan, dict(g, K_SCALAR=len(windows)), sizes):
             # a stride's taps walked by phase skip S-1 of every S: worth a padded K tile
             g["K_SCALAR"] = len(windows)
+    if _unfoldable(op):
+        g["IM2COL"] = 0  # (not yet timed against the window read in place)
     if _stageable(op, plan):
         # a window's taps run as scalars leave the channels on K: copied channels-last, the
         # tiles load 16 bytes at a time (sm_90 compiles of KernelBench's 2-D convolutions:
@@ -202,13 +215,20 @@ def render(op: ir.Op, genome: Genome) -> str:
     full["num_warps"] = _floor_pow2(max(1, int(full["num_warps"])))
     for key in ("GROUP_M", "num_stages"):
         full[key] = max(1, int(full[key]))
+    split = split_groups(op, proven=True)
+    unfold = dot_im2col.find(split.op, analyze(split.op)) if full.get("IM2COL") else None
+    if unfold is not None:
+        # the window unfolded, nothing is left to stage: a plain GEMM of dense factors
+        unfolded = dot_im2col.unfolded_op(split.op, unfold)
+        plan = oriented(analyze(unfolded), full)
+        return render_module(unfolded, plan, full, split.exact, {}, unfold)
     orders = {}
     if full.get("STAGE"):
         orders = dot_staging.permutations(op, plan,
                                           k_split(plan, int(full.get("K_SCALAR", 0)))[1])
         op = dot_staging.staged_op(op, orders)
         plan = oriented(_plan(op), full)
-    split = split_groups(op, proven=True)
+        split = split_groups(op, proven=True)
     return render_module(split.op, plan, full, split.exact, orders)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from kdsl import ir
 
-from kdsl.backends.triton import dot_phases
+from kdsl.backends.triton import dot_im2col, dot_phases
 from kdsl.backends.triton.dot_expr import HELPERS, Run, TileScope, broadcast_kind, join_by_kind
 from kdsl.backends.triton.dot_plan import Axis, Contraction
 
@@ -94,11 +94,13 @@ def tensors(plan: Contraction) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=(), staged=None) -> str:
+def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=(), staged=None,
+                  unfold=None) -> str:
     """The module; ``exact``: (extent, block) pairs of output axes viewed split in two
     (``lower.groups``), which the launcher checks divide before it trusts the view;
     ``staged``: {input: the permutation of its axes the launcher copies it into}, which
-    ``op`` already reads (``dot_staging``)."""
+    ``op`` already reads (``dot_staging``); ``unfold``: the windowed factor the launcher
+    unfolds (``dot_im2col``), which ``op`` already reads unfolded."""
     batch, m, n = split_axes(plan, bool(genome.get("FLATTEN", 1)))
     name = "kdsl_" + "".join(c if c.isalnum() else "_" for c in op.name)
     helpers: set[str] = set()
@@ -118,8 +120,11 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=(), staged=N
     parts = [_HEADER.format(op=op.name) + (_TMA_IMPORT if tma else "")]
     parts += [HELPERS[h] for h in sorted(helpers)]
     parts.append("@triton.jit\n" + sig + "\n" + "\n".join("    " + ln if ln else "" for ln in body))
+    unfolding = dot_im2col.launcher_code(unfold, _host) if unfold is not None else ("", "")
+    if unfolding[0]:
+        parts.append(unfolding[0])
     parts.append(_launcher(op, plan, batch, m, n, name, genome, tma, exact, k_outer, k_inner,
-                           phases, staged or {}))
+                           phases, staged or {}, unfolding[1]))
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
@@ -421,7 +426,8 @@ def _product(axes) -> str:
 
 
 def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=None,
-              exact=(), k_outer=(), k_inner=None, phases=(), staged=None) -> str:
+              exact=(), k_outer=(), k_inner=None, phases=(), staged=None,
+              unfolding: str = "") -> str:
     names = tensors(plan)
     ins = [t for t in names if t != plan.target]
     a, b = plan.a.tensor, plan.b.tensor
@@ -442,7 +448,7 @@ def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=N
         n_k=_product(plan.k if k_inner is None else k_inner), n_t=_product(k_outer),
         ins=", ".join(f'"{t}"' for t in ins), target=plan.target, a=a, cast=cast,
         f32=genome.get("F32_DOT", "ieee"),
-        args=args, descs=descs, exact="".join(_EXACT.format(
+        args=args, descs=descs, exact=unfolding + "".join(_EXACT.format(
             ext=_host(ext), block=_host(block)) for ext, block in exact)
         + dot_phases.strides_checked(list(phases), _host),
         phase=_phase_fit(dot_phases.tiled(list(phases))),

@@ -22,6 +22,7 @@ import dataclasses
 
 from kdsl import ir
 
+from kdsl.backends.lower.rewrite import rebuild
 from kdsl.backends.triton.dot_plan import Axis, Contraction
 
 
@@ -84,21 +85,8 @@ def staged_op(op: ir.Op, orders: dict[str, tuple[int, ...]]) -> ir.Op:
     return dataclasses.replace(op, tensors=tensors, statements=statements)
 
 
-def _permuted(e, orders):
+def _permuted(e: ir.Expr, orders) -> ir.Expr:
+    e = rebuild(e, lambda x: _permuted(x, orders))
     if isinstance(e, ir.Access) and e.tensor in orders:
-        subs = tuple(_permuted(s, orders) for s in e.subscripts)
-        pad = None if e.pad is None else _permuted(e.pad, orders)
-        return dataclasses.replace(e, subscripts=tuple(subs[p] for p in orders[e.tensor]),
-                                   pad=pad)
-    if not dataclasses.is_dataclass(e) or isinstance(e, (ir.Name, ir.Num, ir.Loc)):
-        return e
-    changes = {}
-    for field in dataclasses.fields(e):
-        v = getattr(e, field.name)
-        if isinstance(v, tuple):
-            new = tuple(_permuted(x, orders) for x in v)
-        else:
-            new = _permuted(v, orders)
-        if new is not v:
-            changes[field.name] = new
-    return dataclasses.replace(e, **changes) if changes else e
+        return dataclasses.replace(e, subscripts=tuple(e.subscripts[p] for p in orders[e.tensor]))
+    return e
