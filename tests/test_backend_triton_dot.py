@@ -295,10 +295,12 @@ def test_im2col_unfolds_a_window_read_affinely_and_nothing_else():
     assert "IM2COL" in genes and td.defaults(conv, "cuda")["IM2COL"] == 0
     src = td.render(conv, {"IM2COL": 1})
     # the kernel reads the unfolded tensor as a plain GEMM operand: no window, no bounds
-    assert "def _unfold_x_cols(x, sizes):" in src and "t_x_cols" in src
-    assert 'inputs = dict(inputs, x_cols=_unfold_x_cols(inputs["x"], sizes))' in src
-    kernel = src.split("@triton.jit")[-1].split("def _unfold_x_cols")[0]
-    assert ">= 0)" not in kernel and "t_x +" not in kernel
+    # both factors unfolded, the reduction one flat index padded to 16: a plain GEMM
+    assert "def _unfold_x_cols(x, sizes):" in src and "def _unfold_w_cols(x, sizes):" in src
+    assert 'x_cols=_unfold_x_cols(inputs["x"], sizes)' in src
+    kernel = src.split("@triton.jit")[-1].split("def _unfold_")[0]
+    assert ">= 0)" not in kernel and "t_x +" not in kernel and "t_w +" not in kernel
+    assert "t_x_cols +" in kernel and "t_w_cols +" in kernel and "t_bias" in kernel
     # a guarded window (the transposed convolution's stride test), a plain GEMM: not offered
     for name in ("conv_transposed1d", "matmul_bias_relu"):
         assert "IM2COL" not in {g.name for g in td.genes(find_op(name), "cuda")}
@@ -307,6 +309,16 @@ def test_im2col_unfolds_a_window_read_affinely_and_nothing_else():
     assert linear(parse_expr("(o + P - k) // S"), indices) is None  # a divided index
     assert linear(parse_expr("o * k"), indices) is None
     assert linear(parse_expr("P - o"), indices) is None  # a negative coefficient
+
+
+@pytest.mark.parametrize("genes", [{"IM2COL": 1}, {"STAGE": 1, "K_SCALAR": 2},
+                                   {"IM2COL": 1, "SWAP": 1, "FLATTEN": 0}])
+def test_layout_copies_pass_the_evaluators_guards(genes):
+    # the launcher's copies are candidate code like any other: plumbing only, no torch compute
+    from kdsl.search.eval import guards
+    for name in ("conv2d_grouped_bias", "conv_pad_one", "conv3d_strided_dilated"):
+        found = guards.check(td.render(find_op(name), genes), "python", "triton")
+        assert not found, (name, genes, found)
 
 
 def parse_expr(text: str) -> ir.Expr:
@@ -419,6 +431,8 @@ def interp_jobs() -> list[dict]:
                                  sizes=sizes))
             jobs.append(dict(op=name, label="im2col", genome=dict(g, FLATTEN=0, SWAP=1),
                              dtype="f32", seed=len(jobs), sizes=sizes, strided=True))
+            jobs.append(dict(op=name, label="im2col", genome=g, dtype="f32", seed=len(jobs),
+                             sizes=sizes, offset=True))  # views into a larger buffer
         if name == "matmul":  # one TF32 product a step (the interpreter multiplies in f32)
             g = dict(td.defaults(op, "cuda"), F32_DOT="tf32", BLOCK_M=32, BLOCK_N=32,
                      BLOCK_K=16)
@@ -551,8 +565,11 @@ def _run_interp(job: dict, where: Path) -> dict:
     case = cases.draw(op, cases.Shape(job["sizes"], job["dtype"], "test", 0), job["seed"])
 
     def tensor(shape, dtype, fill=None):
-        """A tensor, laid out backwards when the job asks for strided ones."""
+        """A tensor, laid out backwards when the job asks for strided ones, and a view
+        into a larger buffer (a storage offset) when it asks for offset ones."""
         t = torch.empty(tuple(reversed(shape)) if job.get("strided") else shape, dtype=dtype)
+        if job.get("offset"):
+            t = torch.empty(t.numel() + 7, dtype=dtype).narrow(0, 7, t.numel()).view(t.shape)
         t = t.permute(*reversed(range(len(shape)))) if job.get("strided") else t
         t.copy_(torch.full(shape, float("nan")) if fill is None else torch.from_numpy(fill))
         return t
