@@ -183,3 +183,9 @@ def test_the_switches_are_restored_even_when_the_block_raises():
     except RuntimeError:
         pass
     assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
+
+
+def test_what_the_check_cannot_judge_is_said_only_where_it_is_missing():
+    assert precision.verdict((None, ""), None) == precision.Held()  # index outputs
+    held = precision.verdict((None, "no float64 oracle"), None)
+    assert "not checked" in held.note and "no float64 oracle" in held.note and not held.tf32_off
