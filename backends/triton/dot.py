@@ -81,7 +81,7 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
     if plan.a_guard is not None or plan.b_guard is not None:
         out.append(Gene("PHASES", (0, 1), doc="1: a stride guard's taps enumerated per "
                         "phase (only the taps that count); 0: every tap, masked"))
-    if _unfoldable(op):
+    if _unfoldable(op, plan):
         out.append(Gene("IM2COL", (0, 1), doc="1: the windowed factor copied first (one "
                         "gather, in the timed call) into a dense [its indices.., reduction] "
                         "tensor the GEMM reads without masks or per-element addresses; it "
@@ -100,9 +100,8 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
     return out
 
 
-def _unfoldable(op: ir.Op) -> bool:
-    split = split_groups(op, proven=True)
-    return dot_im2col.find(split.op, analyze(split.op)) is not None
+def _unfoldable(op: ir.Op, plan: Contraction) -> bool:
+    return dot_im2col.find(op, plan) is not None
 
 
 def _stageable(op: ir.Op, plan: Contraction) -> bool:
@@ -141,7 +140,7 @@ def defaults(op: ir.Op, device: str) -> Genome:
         if _strided_phases(plan, dict(g, K_SCALAR=len(windows)), sizes):
             # a stride's taps walked by phase skip S-1 of every S: worth a padded K tile
             g["K_SCALAR"] = len(windows)
-    if _unfoldable(op):
+    if _unfoldable(op, plan):
         g["IM2COL"] = 0  # (not yet timed against the window read in place)
     if _stageable(op, plan):
         # a window's taps run as scalars leave the channels on K: copied channels-last, the

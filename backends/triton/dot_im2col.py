@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from kdsl import ir
 
-from kdsl.backends.lower.rewrite import rebuild
+from kdsl.backends.lower.rewrite import free_names, rebuild
+from kdsl.backends.triton import dot_phases
 from kdsl.backends.triton.dot_plan import Axis, Contraction
 
 Linear = tuple[ir.Expr, dict[str, ir.Expr]]  # (constant, {index: coefficient})
@@ -56,7 +57,8 @@ def find(op: ir.Op, plan: Contraction) -> Unfold | None:
     tiled = {ax.name for ax in plan.m + plan.n}
     reduced = {ax.name for ax in plan.k}
     windowed = [f for f in (plan.a, plan.b)
-                if any(_names(s) & tiled and _names(s) & reduced for s in f.subscripts)]
+                if any(free_names(s) & tiled and free_names(s) & reduced
+                       for s in f.subscripts)]
     red = _reduce(op)
     if len(windowed) != 1 or plan.pairs or red is None or red.op != "sum" or \
             plan.a_guard is not None or plan.b_guard is not None or \
@@ -71,7 +73,7 @@ def find(op: ir.Op, plan: Contraction) -> Unfold | None:
         if f.pad is not None and not isinstance(f.pad, ir.Num):
             return None
         terms = [linear(s, set(axes)) for s in f.subscripts]
-        if any(t is None or not all(_nonnegative(c) for c in t[1].values()) for t in terms):
+        if any(t is None for t in terms):
             return None
         used = {name for _, coefs in terms for name in coefs}
         lead = tuple(ax for ax in plan.batch + plan.m + plan.n if ax.name in used)
@@ -94,35 +96,16 @@ def _reduce(op: ir.Op) -> ir.Reduce | None:
 
 
 def linear(e: ir.Expr, indices: set[str]) -> Linear | None:
-    """``e`` as constant + sum of coefficient * index, coefficients and constant free of
-    ``indices``; None where an index is divided, negated or multiplied by an index."""
-    if isinstance(e, ir.Num):
-        return e, {}
-    if isinstance(e, ir.Name):
-        return (ir.Num(0), {e.name: ir.Num(1)}) if e.name in indices else (e, {})
-    if not _names(e) & indices:
-        return e, {}
-    if isinstance(e, ir.Binary) and e.op in ("+", "-"):
-        left, right = linear(e.left, indices), linear(e.right, indices)
-        if left is None or right is None or (e.op == "-" and right[1]):
-            return None
-        coefs = dict(left[1])
-        for name, c in right[1].items():
-            coefs[name] = ir.Binary("+", coefs[name], c) if name in coefs else c
-        return ir.Binary(e.op, left[0], right[0]), coefs
-    if isinstance(e, ir.Binary) and e.op == "*":
-        for scale, rest in ((e.left, e.right), (e.right, e.left)):
-            if not _names(scale) & indices:
-                inner = linear(rest, indices)
-                if inner is None:
-                    return None
-                return ir.Binary("*", inner[0], scale), {
-                    n: ir.Binary("*", c, scale) for n, c in inner[1].items()}
-    return None
+    """``e`` as constant + sum of coefficient * index (``dot_phases.linear``), every
+    coefficient built of dims and non-negative numbers by +, * and //; None otherwise (an
+    index divided, multiplied by an index, or counted backwards)."""
+    found = dot_phases.linear(e, indices)
+    if found is None or not all(_nonnegative(c) for c in found[0].values()):
+        return None
+    return found[1], found[0]
 
 
 def _nonnegative(e: ir.Expr) -> bool:
-    """Built of dims and non-negative numbers by +, * and // only."""
     if isinstance(e, ir.Num):
         return e.value >= 0
     if isinstance(e, ir.Name):
@@ -130,10 +113,6 @@ def _nonnegative(e: ir.Expr) -> bool:
     if isinstance(e, ir.Binary) and e.op in ("+", "*", "//"):
         return _nonnegative(e.left) and _nonnegative(e.right)
     return False
-
-
-def _names(e: ir.Expr) -> set[str]:
-    return {n.name for n in ir.walk(e) if isinstance(n, ir.Name)}
 
 
 def unfolded_op(op: ir.Op, u: Unfold) -> ir.Op:

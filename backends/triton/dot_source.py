@@ -448,9 +448,10 @@ def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=N
         n_k=_product(plan.k if k_inner is None else k_inner), n_t=_product(k_outer),
         ins=", ".join(f'"{t}"' for t in ins), target=plan.target, a=a, cast=cast,
         f32=genome.get("F32_DOT", "ieee"),
-        args=args, descs=descs, exact=unfolding + "".join(_EXACT.format(
+        args=args, descs=descs, exact="".join(_EXACT.format(
             ext=_host(ext), block=_host(block)) for ext, block in exact)
-        + dot_phases.strides_checked(list(phases), _host),
+        + dot_phases.strides_checked(list(phases), _host)
+        + unfolding,  # (after the checks: a bad size gets their message, not as_strided's)
         phase=_phase_fit(dot_phases.tiled(list(phases))),
         staged=", ".join(f'"{t}": {tuple(order)}' for t, order in (staged or {}).items()))
 

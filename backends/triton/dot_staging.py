@@ -22,7 +22,8 @@ import dataclasses
 
 from kdsl import ir
 
-from kdsl.backends.lower.rewrite import rebuild
+from kdsl.backends.lower.rewrite import free_names, rebuild
+from kdsl.backends.triton import dot_phases
 from kdsl.backends.triton.dot_plan import Axis, Contraction
 
 
@@ -51,27 +52,10 @@ def permutations(op: ir.Op, plan: Contraction, k_inner: list[Axis]
 def _lane_subscript(f: ir.Access, lane: str, others: set[str]) -> int | None:
     """The position of the subscript that is ``lane`` plus terms free of tiled indices."""
     for p, s in enumerate(f.subscripts):
-        names = _names(s)
-        if lane in names:
-            return p if not names & others and _unit_in(s, lane) else None
+        if lane in free_names(s):
+            found = dot_phases.linear(s, others | {lane})
+            return p if found is not None and found[0] == {lane: ir.Num(1)} else None
     return None
-
-
-def _unit_in(e: ir.Expr, lane: str) -> bool:
-    """Is ``e`` the index ``lane`` plus terms without it (coefficient exactly 1)?"""
-    if isinstance(e, ir.Name):
-        return e.name == lane
-    if isinstance(e, ir.Binary) and e.op in ("+", "-"):
-        left, right = lane in _names(e.left), lane in _names(e.right)
-        if left and not right:
-            return _unit_in(e.left, lane)
-        if right and not left and e.op == "+":
-            return _unit_in(e.right, lane)
-    return False
-
-
-def _names(e: ir.Expr) -> set[str]:
-    return {n.name for n in ir.walk(e) if isinstance(n, ir.Name)}
 
 
 def staged_op(op: ir.Op, orders: dict[str, tuple[int, ...]]) -> ir.Op:
