@@ -653,3 +653,21 @@ def test_loaded_modules_keep_no_state_in_containers_or_defaults():
         mod.kernel(None)
     with pytest.raises(TypeError):
         mod.kernel.__kwdefaults__["seen"]["k"] = 1
+
+
+def test_a_probe_inflated_by_a_busy_host_is_no_allowance():
+    """A step's own cost is the least its probes read (a busy host only lengthens a step),
+    and no more than the least extra of a step of the request itself: a probe that read
+    3.6 ms on a busy host leaves the candidate no unclocked 3.6 ms a step."""
+    from kdsl.search.eval.sandbox import step_costs
+    trip, call = step_costs([3.6, 0.12, 2.0, 0.15], [3.9, 0.19, 2.5, 0.3], 8)
+    assert call == pytest.approx(0.01) and trip == pytest.approx(0.11)
+    assert step_costs([0.1], [0.05], 8) == (0.1, 0.0)  # (a call never costs below nothing)
+    kernel = ClockedKernel(softmax_kernel, None, [])
+    kernel.trip_ms, kernel.walls, kernel.shares = 3.6, [1.2] * 4, [2] * 4
+    kernel.step_extras = [1.1, 0.2, 1.1]  # a step whose calls claimed all but 0.2 ms of it
+    believed, art, _ = timing.judged_calls(kernel, [0.05] * 4)
+    assert believed == [pytest.approx((1.2 - 0.2) / 2)] * 4
+    assert art["step_trip_ms"] == pytest.approx(0.2) and art["probed_trip_ms"] == 3.6
+    kernel.step_extras = [5.0, 4.0]  # a request whose steps all cost more: the probe stands
+    assert timing.judged_calls(kernel, [0.05] * 4)[1]["step_trip_ms"] == 3.6

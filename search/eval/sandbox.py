@@ -34,9 +34,23 @@ ARENA_MAX_BYTES = 256 << 20  # cases up to this size go through the arena
 ARENA_MIN_BYTES = 1 << 20
 ARENA_ALIGN = 256
 LOG_TAIL = 16000
-PROBES = 7  # steps of timed calls of nothing, asked of a fresh process: what a step costs
-PROBES_KEPT = 5  # the last ones (the first calls of a timer can be slow: a CUDA flush buffer)
+PROBES = 12  # steps of timed calls of nothing, asked of a fresh process: what a step costs
+PROBES_KEPT = 10  # the last ones (the first calls of a timer can be slow: a CUDA flush buffer)
 PROBE_CALLS = 8  # calls in the longer probe step: a call's own cost apart from the step's
+
+
+def step_costs(ones: list[float], manys: list[float], calls: int) -> tuple[float, float]:
+    """(a step's own cost, a call's) from the probes' extras (wall less samples) of steps of
+    one call and of ``calls`` calls: the least of each. Whatever is subtracted from a wall is
+    time the candidate could have worked unclocked, and a busy host only ever lengthens a
+    step, so the fastest probe is the one that measured the step and nothing else. (Their
+    median was an allowance whenever the host was busy while the probes ran: on the 2-core
+    VM, with two other processes busy on its cores, 3.6 ms against 0.12 ms on a quiet host;
+    in such an allowance a worker thread left running after the reply computed a step's
+    outputs of a softmax, accepted at 0.05 ms a call against its honest twin's 0.55.)"""
+    one, many = min(ones), min(manys)
+    call = max(0.0, (many - one) / (calls - 1))
+    return max(0.0, one - call), call
 
 
 class CandidateFault(Exception):
@@ -87,18 +101,16 @@ class Sandbox:
 
     def _probe(self) -> tuple[float, float]:
         """(a step's own cost, a timed call's), from steps of one call and of PROBE_CALLS
-        calls of nothing (the judge's clock less the process's own samples; medians),
-        asked while the process is still clean: what a step adds to its calls, which no
-        candidate code has had a chance to change."""
-        import statistics
+        calls of nothing (the judge's clock less the process's own samples), asked while the
+        process is still clean: what a step adds to its calls, which no candidate code has
+        had a chance to change."""
         extra = {1: [], PROBE_CALLS: []}
         for _ in range(PROBES):
             for n in extra:
                 _, got = self.call("probe", n)
                 extra[n].append(max(0.0, self.last_wall_ms - sum(got)))
-        one, many = (statistics.median(extra[n][-PROBES_KEPT:]) for n in (1, PROBE_CALLS))
-        call = max(0.0, (many - one) / (PROBE_CALLS - 1))
-        return max(0.0, one - call), call
+        return step_costs(extra[1][-PROBES_KEPT:], extra[PROBE_CALLS][-PROBES_KEPT:],
+                          PROBE_CALLS)
 
     def call(self, *message):
         """Send one request; its reply, or CandidateFault for what went wrong."""
@@ -271,6 +283,7 @@ class RemoteKernel:
         self.box = box
         self.arena = None  # one shared buffer, sent once, for the small cases
         self.walls = None  # the latest timing request's steps on the judge's clock (ms)
+        self.step_extras = None  # and each step's wall less what its calls claimed
         self.shares = None  # the calls in each timed call's step
         self.sent = None  # which buffers the candidate's process holds now
 
@@ -317,7 +330,7 @@ class RemoteKernel:
         while the candidate's process is stopped. The samples are the process's own;
         ``walls[i]`` is the judge's clock on the step of timed call i, ``shares[i]`` the
         number of calls in that step (``trip_ms`` and ``call_ms``: a step's own cost and a
-        call's)."""
+        call's); ``step_extras`` each step's wall less its samples and its calls' own cost."""
         calls = timed_calls.Calls(None, sets, sizes, poisons, plan)
         tensors = [t for i, o in sets for t in (*i.values(), *o.values())]
         # mapped once a stage (each new mapping faults its pages in); known by weak
@@ -326,7 +339,7 @@ class RemoteKernel:
                 any(r() is not t for r, t in zip(self.sent, tensors)):
             self.box.call("sets", [(_shared(i), _shared(o)) for i, o in sets], dict(sizes))
             self.sent = [weakref.ref(t) for t in tensors]
-        samples, walls, shares = [], [], []
+        samples, walls, shares, extras = [], [], [], []
         total = warmup + reps
         for first in range(0, total, len(sets)):
             step = list(range(first, min(total, first + len(sets))))
@@ -338,13 +351,14 @@ class RemoteKernel:
                 raise CandidateFault("the candidate process answered a step of timed calls "
                                      "with something other than its samples")
             wall = self.box.last_wall_ms
+            extras.append(wall - sum(got) - len(step) * self.call_ms)
             for c, ms in zip(step, got):
                 calls.keep(c)
                 if c >= warmup:
                     samples.append(ms)
                     walls.append(wall)
                     shares.append(len(step))
-        self.walls, self.shares = walls, shares
+        self.walls, self.shares, self.step_extras = walls, shares, extras
         return samples
 
     @property

@@ -425,7 +425,9 @@ def as_kernel(kernel, timer: Timer):
 # signal that stops it again. Before any candidate code was loaded it measured what a step
 # and its calls cost by themselves, as steps of calls of nothing (``trip_ms`` a step,
 # ``call_ms`` a call: on a GPU the timer's head start, a busy-wait of about 1 ms, and its L2
-# flush). Each call's sample counts at least its share of its step's wall less exactly those
+# flush), each the least of its probes (``sandbox.step_costs``), the step's no more than the
+# least that any step of the request left beside its claimed calls (``step_cost``). Each
+# call's sample counts at least its share of its step's wall less exactly those
 # measured costs, with no allowance: a process that forges its own timer (native code can
 # reach anything in it) is then timed by the judge's clock, whose error is the step's own cost
 # varying around its probed median, as likely up as down. An allowance there was a gift: with
@@ -450,6 +452,16 @@ CLOCK_RATIO = 2.0
 CLOCK_SLACK_MS = 2.0
 
 
+def step_cost(kernel) -> float:
+    """A step's own cost, subtracted from each wall: the probe's, but never more than the
+    least any step of this request left beside what its calls claimed (``step_extras``). A
+    probe taken on a busy host reads high, and the excess was time the candidate worked
+    unclocked; a step of the request itself bounds it from above (a timer that claims less
+    only widens that step's extra, one that claims more only lowers its own bound)."""
+    extras = getattr(kernel, "step_extras", None)
+    return max(0.0, min([kernel.trip_ms, *(extras or ())]))
+
+
 def judged_calls(kernel, samples: list[float], device: str = "cpu"
                  ) -> tuple[list[float], dict, str | None]:
     """(each sample, never below its share of what the judge's clock shows its step took,
@@ -461,14 +473,15 @@ def judged_calls(kernel, samples: list[float], device: str = "cpu"
         return list(samples), {}, None
     shares = getattr(kernel, "shares", None) or [1] * len(walls)
     call_ms = getattr(kernel, "call_ms", 0.0)
-    floors = [max(0.0, (w - kernel.trip_ms) / n - call_ms) for w, n in zip(walls, shares)]
+    trip_ms = step_cost(kernel)
+    floors = [max(0.0, (w - trip_ms) / n - call_ms) for w, n in zip(walls, shares)]
     believed = [max(s, f) for s, f in zip(samples, floors)]
-    allow = kernel.trip_ms + TRIP_SLACK_MS[device]
+    allow = trip_ms + TRIP_SLACK_MS[device]
     bounds = [max(0.0, (w * (1 - WALL_SLACK) - allow) / n - call_ms)
               for w, n in zip(walls, shares)]
     claimed, seen = statistics.median(samples), statistics.median(bounds)
     art = {"judge_clock_ms": round(statistics.median(floors), 5),
-           "step_trip_ms": round(kernel.trip_ms, 4),
+           "step_trip_ms": round(trip_ms, 4), "probed_trip_ms": round(kernel.trip_ms, 4),
            "step_call_ms": round(call_ms, 4), "calls_a_step": max(shares),
            "step_overhead_ms": round(statistics.median(
                w / n - s for w, n, s in zip(walls, shares, samples)), 4)}
