@@ -109,6 +109,7 @@ SHARED_WORKER = [
     "async_pthread_after_return.c", "async_gomp_parallel_start.c", "async_after_reply_walk.c",
     "clock_timer_patch.py", "clock_timer_constructor.c", "clock_elf_walk.c",
     "clock_elf_walk_fast.c", "clock_slack_walk_once.c", "stop_sibling_farm.c",
+    "clock_sigcont_after_stop.c", "clock_starved_stop_taker.c",
     "oracle_getframe_ref.py", "oracle_traceback_ref.py", "oracle_module_state.py",
     "oracle_pyrun_frames.c",
     "route_sys_modules_torch.py", "route_getattr_torch.py", "route_tensor_type_method.py",
@@ -214,7 +215,8 @@ def evaluate(pool: PoolExecutor, names: list[str], op=None) -> list:
 OUTSIDE_VIEW = "suspect: the candidate's process reported"
 ON_THE_CLOCK = {"clock_timer_patch.py", "clock_timer_constructor.c",
                 "async_pthread_after_return.c", "clock_elf_walk.c", "clock_elf_walk_fast.c",
-                "async_after_reply_walk.c", "clock_slack_walk_once.c", "stop_sibling_farm.c"}
+                "async_after_reply_walk.c", "clock_slack_walk_once.c", "stop_sibling_farm.c",
+                "clock_sigcont_after_stop.c", "clock_starved_stop_taker.c"}
 
 
 def outside_view_noise(name: str, r) -> None:
@@ -301,7 +303,10 @@ NEVER_SERVED = {"cache_stack_slot.c": "ok_softmax.c",
                 "async_after_reply_walk.c": "ok_softmax.c",
                 "clock_elf_walk_fast.c": "ok_softmax_vector.c",
                 "clock_slack_walk_once.c": "ok_softmax_vector.c",
-                "stop_sibling_farm.c": "ok_softmax.c"}
+                "stop_sibling_farm.c": "ok_softmax.c",
+                # what their workers compute after the signal is on the step's clock now
+                "clock_sigcont_after_stop.c": "ok_softmax.c",
+                "clock_starved_stop_taker.c": "ok_softmax.c"}
 
 
 @pytest.mark.parametrize("name", params(SHARED_WORKER))

@@ -56,6 +56,19 @@ def kernel(inputs, outputs, sizes):
     attempt("server_memory", lambda: open(f"/proc/{{zygote}}/mem", "rb").close())
     attempt("signal_judge", lambda: os.kill(judge, 0))
     attempt("signal_own_group", lambda: os.kill(0, 0))
+    # SIGCONT throws away a pending SIGSTOP (harmless here: nothing is stopped)
+    attempt("sigcont_self", lambda: os.kill(os.getpid(), 18))
+    attempt("sigcont_group", lambda: os.kill(0, 18))
+    attempt("sigcont_thread", lambda: __import__("signal").pthread_kill(
+        __import__("threading").get_ident(), 18))
+
+    def sigcont_queued():  # rt_sigqueueinfo, through the C library's sigqueue
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.sigqueue(os.getpid(), 18, ctypes.c_void_p(0)) < 0:
+            raise OSError(ctypes.get_errno(), "sigqueue")
+
+    attempt("sigcont_queued", sigcont_queued)
     attempt("leave_group", lambda: os.setpgid(0, 0))
     attempt("inet_socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
     attempt("unix_socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close())
@@ -171,6 +184,15 @@ def test_signals_reach_only_its_own_group_it_stays_in_and_sockets_are_local(resu
         pytest.skip(f"no seccomp filter here: {layer(result, 'seccomp')}")
     assert {"signal_own_group", "unix_socket"} <= done(result), result.message
     assert not {"signal_judge", "inet_socket", "leave_group"} & done(result), result.message
+
+
+def test_it_can_never_continue_itself(result):
+    """SIGCONT (kill, tgkill, sigqueue) is refused even to itself: sent by a thread still
+    running after the judge's SIGSTOP, it threw the pending stop away."""
+    if layer(result, "seccomp") != "on":
+        pytest.skip(f"no seccomp filter here: {layer(result, 'seccomp')}")
+    assert not {"sigcont_self", "sigcont_group", "sigcont_thread", "sigcont_queued"} \
+        & done(result), result.message
 
 
 def test_what_it_starts_stays_below_it_and_threads_and_forks_still_work(result):

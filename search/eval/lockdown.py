@@ -11,7 +11,8 @@ confined, in layers, each tried and reported on its own (``lock_down`` returns w
   run's records or another candidate's build. (On a GPU, Triton's kernel cache stays
   writable: Triton compiles there.)
 - **seccomp**: signals only to itself and its own process group (a stopped judge or
-  another worker's baseline would be slowed by a SIGSTOP), which nothing it forks can
+  another worker's baseline would be slowed by a SIGSTOP), and never SIGCONT or another
+  job-control signal (one undid the judge's stop), a group which nothing it forks can
   leave (no ``setsid`` or ``setpgid``: one signal to the group stops all of it) nor get
   out from under (no ``CLONE_PARENT``: what it starts stays among its descendants); no
   ptrace, no reading or writing another process's memory, no mounts or namespaces, no
@@ -166,7 +167,12 @@ DENIED = ("tkill", "pidfd_send_signal", "ptrace", "process_vm_readv", "process_v
           # after the step's clock ended (the signal is named in memory, out of the filter's
           # reach, so the calls go whole; fcntl's F_SETSIG and F_SETOWN are refused below)
           "timer_create", "mq_notify")
-TARGETED = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")  # first arg: a pid
+# first arg: a pid; then the signal, as the argument of this index
+TARGETED = {"kill": 1, "tgkill": 2, "rt_sigqueueinfo": 1, "rt_tgsigqueueinfo": 2}
+# job control, SIGCONT to SIGTTOU (the same numbers on both ABIs): a thread that sent
+# itself SIGCONT threw away the judge's pending SIGSTOP and worked on after the step's clock
+# had ended; no kernel needs to stop or continue itself
+JOB_CONTROL = (18, 22)
 AF_UNIX = 1
 # clone's flags that would put a process where the judge does not look: CLONE_PARENT makes
 # it the forkserver's child, in the group but below no process the judge lists (a farm of
@@ -192,7 +198,8 @@ LD_W_ABS, JEQ_K, JGE_K, JSET_K, AND_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x54, 0x0
 
 def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions: allow all but ``DENIED``; signals
-    only to ``pid``, its group (``-pid``, 0) or its own threads; sockets only AF_UNIX;
+    only to ``pid``, its group (``-pid``, 0) or its own threads, and none of job control
+    (``JOB_CONTROL``); sockets only AF_UNIX;
     clone without ``CLONE_DENIED`` flags and with no exit signal but SIGCHLD, clone3 not
     at all (ENOSYS); fcntl but F_SETOWN, F_SETOWN_EX and F_SETSIG."""
     audit, index = AUDIT_ARCH[arch], 0 if arch == "x86_64" else 1
@@ -210,18 +217,23 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
         emit(JGE_K, X32_BIT, "deny", None)          # the x32 ABI
     for name in DENIED:
         emit(JEQ_K, nr[name], "deny", None)
-    for name in TARGETED:
-        emit(JEQ_K, nr[name], "target", None)
+    for name, arg in TARGETED.items():
+        emit(JEQ_K, nr[name], f"target{arg}", None)
     emit(JEQ_K, nr["socket"], "socket", None)
     emit(JEQ_K, nr["clone"], "clone", None)
     emit(JEQ_K, nr["clone3"], "enosys", None)
     emit(JEQ_K, nr["fcntl"], "fcntl", None)
     emit(RET_K, RET_ALLOW)
-    labels["target"] = len(code)
-    emit(LD_W_ABS, 16)                              # args[0], low word (a pid_t)
-    emit(JEQ_K, pid, "allow", None)
-    emit(JEQ_K, (-pid) & 0xFFFFFFFF, "allow", None)  # kill(-pid): its own group
-    emit(JEQ_K, 0, "allow", "deny")                 # kill(0): its own group
+    for arg in sorted(set(TARGETED.values())):
+        labels[f"target{arg}"] = len(code)
+        emit(LD_W_ABS, 16)                              # args[0], low word (a pid_t)
+        emit(JEQ_K, pid, f"signal{arg}", None)
+        emit(JEQ_K, (-pid) & 0xFFFFFFFF, f"signal{arg}", None)  # kill(-pid): its group
+        emit(JEQ_K, 0, f"signal{arg}", "deny")          # kill(0): its own group
+        labels[f"signal{arg}"] = len(code)
+        emit(LD_W_ABS, 16 + 8 * arg)                    # the signal's number
+        emit(JGE_K, JOB_CONTROL[0], None, "allow")
+        emit(JGE_K, JOB_CONTROL[1] + 1, "allow", "deny")
     labels["socket"] = len(code)
     emit(LD_W_ABS, 16)                              # the domain
     emit(JEQ_K, AF_UNIX, "allow", "deny")

@@ -95,8 +95,10 @@ class Sandbox:
         from .device_lock import exclusive
         # a GPU's probes hold it alone, as the timed runs they stand for do: beside another
         # process's correctness cases (time-sliced with them) a call of nothing read 9.8 ms
-        # on an H200, and a step's cost so measured left the judge's clock no bound at all
-        with exclusive(self.device):
+        # on an H200, and a step's cost so measured left the judge's clock no bound at all.
+        # On the CPU the next spare, started as this process was taken, is importing on the
+        # same cores: paused, as it is while anything is timed
+        with exclusive(self.device), spares_paused(self.device):
             self.trip_ms, self.call_ms = self._probe()
 
     def _probe(self) -> tuple[float, float]:
@@ -125,24 +127,20 @@ class Sandbox:
         except (OSError, ValueError) as e:
             raise CandidateFault(f"the candidate process is gone: {self._death(e)}") from None
         reply = self._receive()
-        if self.confinement.get("seccomp") == "on":
-            # no process can have left the group (no setsid, setpgid or CLONE_PARENT), so
-            # one signal stops all of it, and the clock ends there: the sweep for outsiders
-            # reads a /proc file for each of the candidate's threads (11 us a thread on the
-            # 2-core VM: half a millisecond a step for the 40 threads of a process running
-            # torch and CUDA), which is no work of the candidate's
-            stopping.stop_group(self.pid)
-            self.last_wall_ms = (time.perf_counter() - start) * 1e3
-            outside = stopping.stop_outsiders(self.pid)
-            if outside:  # (stopped; killed with the rest of it)
-                self.stop()
-                raise CandidateFault(f"its processes {sorted(outside)} left its process "
-                                     f"group, which its seccomp filter should have refused")
-        else:
-            # (what it left running until now is on the clock)
-            outside = stopping.halt(self.pid)
-            self.last_wall_ms = (time.perf_counter() - start) * 1e3
+        outside = stopping.halt(self.pid)
+        if outside and self.confinement.get("seccomp") == "on":  # (stopped; killed with it)
+            self.stop()
+            raise CandidateFault(f"its processes {sorted(outside)} left its process "
+                                 f"group, which its seccomp filter should have refused")
+        # the clock ends once every task is seen stopped, not at the signal: a group's stop
+        # is taken by one thread, which passes it on, and until then the others run. A
+        # thread spinning on the core of the taking thread (made SCHED_IDLE) worked on after
+        # the signal, unclocked (``stopping``); so a step's wall is all the time the
+        # candidate could have worked in. The stops, the sweep and the wait cost the judge a
+        # /proc read or two a thread (0.1-0.3 ms a step on the 2-core VM), which the probes
+        # of the clean process pay too and ``trip_ms`` takes off
         self._settle(outside)
+        self.last_wall_ms = (time.perf_counter() - start) * 1e3
         tag = reply[0]
         if tag == "raised":
             raise CandidateFault(f"kernel raised {reply[1]}")

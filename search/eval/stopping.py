@@ -10,14 +10,13 @@ file each) ran on unstopped and unclocked for 40 ms after its reply, long enough
 compute the outputs the judge then read as the reply's.
 
 ``settle`` returns once every task is seen stopped, so the judge reads a candidate's
-outputs only when nothing of it can still write them. A request's wall clock ends at
-``halt`` (at ``stop_group`` where the candidate's seccomp filter keeps every process it
-starts in its group: the sweep that follows costs the judge a ``/proc`` read a thread),
-before that wait: once the signal is sent no task runs code of the candidate's
-again (one being scheduled stops before it returns to user code; one running on another
-core within microseconds, at the interrupt the signal sends), while the wait itself lasts
-until each preempted task is scheduled once, a scheduler slice on a busy machine, which is
-no work of the candidate's.
+outputs only when nothing of it can still write them, and a request's wall clock ends
+there (``sandbox.Sandbox.call``), not at the signal. A signal to a group is taken by one of
+its threads, which then stops the others; until that thread runs, the rest run on. A
+candidate made that thread starve (SCHED_IDLE, moved onto the core of a thread that spun)
+and worked for milliseconds after the signal; with a SIGCONT to itself (now refused by its
+seccomp filter) it undid the stop altogether. So each thread is sent a stop of its own
+too (``stop_threads``), and the time until all are stopped is the candidate's.
 """
 from __future__ import annotations
 
@@ -35,9 +34,40 @@ class DidNotStop(Exception):
 
 
 def halt(pid: int) -> set[int]:
-    """SIGSTOP to ``pid``'s group, then to every descendant outside it; those outside."""
+    """SIGSTOP to ``pid``'s group, to each of its threads, then to every descendant outside
+    it and each of theirs; those outside."""
     stop_group(pid)
-    return stop_outsiders(pid)
+    stop_threads(pid)
+    outside = stop_outsiders(pid)
+    for other in descendants(pid):
+        stop_threads(other)
+    return outside
+
+
+def stop_threads(pid: int) -> None:
+    """SIGSTOP to each thread of ``pid`` (tgkill). A signal to a process is taken by one of
+    its threads, which then stops the others; each thread signalled stops itself at once
+    (one running is interrupted), whichever of them runs. The process's group signal came
+    first, so no thread it starts after this listing escapes: a clone with a stop pending
+    is restarted once the stop is over."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        if _tgkill(pid, int(tid), signal.SIGSTOP) != 0:
+            continue  # (gone)
+
+
+def _tgkill(tgid: int, tid: int, sig) -> int:
+    import ctypes
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC.tgkill(tgid, tid, int(sig))
+
+
+_LIBC = None
 
 
 def stop_group(pid: int) -> None:
@@ -48,8 +78,11 @@ def stop_group(pid: int) -> None:
 def settle(pid: int, outside=()) -> None:
     """Wait until every task of ``pid``, its descendants and ``outside`` is stopped."""
     deadline = time.monotonic() + STOP_TIMEOUT_S
+    # listed once: with the stop pending in every process, none of them can fork (a clone
+    # with a signal pending is restarted once the stop is over)
+    processes = [pid, *outside, *descendants(pid)]
     while True:
-        running = _running_tasks([pid, *outside, *descendants(pid)])
+        running = _running_tasks(processes)
         if not running:
             return
         if time.monotonic() > deadline:
