@@ -38,8 +38,9 @@ def halt(pid: int) -> set[int]:
     it and each of theirs; those outside."""
     stop_group(pid)
     stop_threads(pid)
-    outside = stop_outsiders(pid)
-    for other in descendants(pid):
+    below = descendants(pid)
+    outside = stop_outsiders(pid, below)
+    for other in descendants(pid) if outside else below:
         stop_threads(other)
     return outside
 
@@ -50,13 +51,8 @@ def stop_threads(pid: int) -> None:
     (one running is interrupted), whichever of them runs. The process's group signal came
     first, so no thread it starts after this listing escapes: a clone with a stop pending
     is restarted once the stop is over."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return
-    for tid in tids:
-        if _tgkill(pid, int(tid), signal.SIGSTOP) != 0:
-            continue  # (gone)
+    for tid in _tids(pid):
+        _tgkill(pid, int(tid), signal.SIGSTOP)  # (non-zero: gone)
 
 
 def _tgkill(tgid: int, tid: int, sig) -> int:
@@ -80,14 +76,17 @@ def settle(pid: int, outside=()) -> None:
     deadline = time.monotonic() + STOP_TIMEOUT_S
     # listed once: with the stop pending in every process, none of them can fork (a clone
     # with a signal pending is restarted once the stop is over)
-    processes = [pid, *outside, *descendants(pid)]
+    # with a signal pending is restarted once the stop is over), and a task seen stopped is
+    # not read again (nothing of the candidate's can send SIGCONT)
+    tasks = [(p, tid) for p in [pid, *outside, *descendants(pid)] for tid in _tids(p)]
     while True:
-        running = _running_tasks(processes)
-        if not running:
+        tasks = [(p, tid) for p, tid in tasks if _running(p, tid)]
+        if not tasks:
             return
         if time.monotonic() > deadline:
-            raise DidNotStop(f"{len(running)} of its tasks still ran {STOP_TIMEOUT_S:g} s "
-                             f"after SIGSTOP (e.g. {running[0]})")
+            raise DidNotStop(f"{len(tasks)} of its tasks still ran {STOP_TIMEOUT_S:g} s "
+                             f"after SIGSTOP (e.g. task {tasks[0][1]} of process "
+                             f"{tasks[0][0]})")
         time.sleep(0)  # yield: a preempted task takes its stop when it is next scheduled
 
 
@@ -118,13 +117,14 @@ def _signal_group(pid: int, sig) -> None:
     signal_pid(pid, sig)
 
 
-def stop_outsiders(pid: int) -> set[int]:
+def stop_outsiders(pid: int, listed: list[int] | None = None) -> set[int]:
     """Stop the descendants of ``pid`` outside its group, sweep after sweep until a sweep
-    finds no new one; those found."""
+    finds no new one; those found. ``listed``: the descendants, just listed (the first
+    sweep's)."""
     found: set[int] = set()
-    for _ in range(SWEEPS):
+    for sweep in range(SWEEPS):
         new = []
-        for other in descendants(pid):
+        for other in listed if sweep == 0 and listed is not None else descendants(pid):
             try:
                 if other not in found and os.getpgid(other) != pid:
                     new.append(other)
@@ -154,24 +154,26 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _running_tasks(pids) -> list[str]:
-    """The tasks of ``pids`` not stopped (state T or t), dead (Z, X) or gone."""
-    running = []
-    for p in pids:
-        for text in _per_task(p, "stat"):
-            state = text.rpartition(")")[2][1:2]
-            if state not in ("T", "t", "Z", "X", ""):
-                running.append(f"a task of process {p} in state {state}")
-    return running
+def _running(pid: int, tid: str) -> bool:
+    """Whether the task is neither stopped (state T or t), dead (Z, X) nor gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return False
+    return text.rpartition(")")[2][1:2] not in ("T", "t", "Z", "X", "")
+
+
+def _tids(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
 
 
 def _per_task(pid: int, name: str):
     """The text of /proc/PID/task/TID/``name`` for each thread of ``pid`` still there."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return
-    for tid in tasks:
+    for tid in _tids(pid):
         try:
             with open(f"/proc/{pid}/task/{tid}/{name}") as f:
                 yield f.read()
