@@ -356,6 +356,54 @@ def test_every_thread_is_sent_its_own_stop():
         p.wait()
 
 
+def test_a_candidate_whose_process_exits_while_a_child_answers_for_it_fails(pool):
+    """The candidate's process forks and exits; the child, holding its pipe, answers every
+    later request. Listed from the leader, the child was below no process the judge looks at,
+    so it was never stopped and outlived the job (the red team's orphan). The group outlives
+    its leader and is signalled by its id, and a request answered after the leader exited
+    fails the candidate."""
+    import time
+    marker = f"kdslorph{os.getpid() % 10000}"
+    source = SOFTMAX.replace("def kernel(inputs, outputs, sizes):\n", f"""\
+def kernel(inputs, outputs, sizes):
+    import ctypes, os, signal, time
+    if not globals().get("forked"):
+        globals()["forked"] = True
+        # (the group, orphaned with a member stopped, is sent SIGHUP and SIGCONT)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        leader = os.getpid()
+        if os.fork():
+            os._exit(0)
+        ctypes.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)  # PR_SET_NAME
+        end = time.monotonic() + 5
+        while os.path.exists(f"/proc/{{leader}}/stat") and time.monotonic() < end:
+            time.sleep(0.001)  # until the leader is reaped: the judge's side sees it gone
+""")
+
+    def named() -> set[int]:
+        found = set()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    name, state = f.read().split("(", 1)[1].rsplit(")", 1)
+                if name == marker and state.split()[0] != "Z":
+                    found.add(int(pid))
+            except (OSError, IndexError):
+                pass
+        return found
+
+    r = pool.submit(job(source, backend="fakeraw")).result(timeout=600)
+    assert not r.ok and "exited" in r.message, r.message
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not named():
+            return
+        time.sleep(0.1)
+    for child in named():
+        os.kill(child, 9)
+    raise AssertionError("the child that answered for the candidate outlived it")
+
+
 def test_a_hung_candidate_dies_with_its_judge():
     """The judge killed mid-hang (a pool worker timed out): its forkserver and the hung
     candidate process go with it."""

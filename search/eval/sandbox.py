@@ -141,6 +141,11 @@ class Sandbox:
         # of the clean process pay too and ``trip_ms`` takes off
         self._settle(outside)
         self.last_wall_ms = (time.perf_counter() - start) * 1e3
+        if stopping.exited(self.pid):
+            # what answered was a process it forked, below no process the judge lists
+            self.stop()
+            raise CandidateFault("the candidate's process exited, and a process it had "
+                                 "forked answered for it")
         tag = reply[0]
         if tag == "raised":
             raise CandidateFault(f"kernel raised {reply[1]}")

@@ -108,13 +108,25 @@ def kill(pid: int) -> None:
 
 
 def _signal_group(pid: int, sig) -> None:
+    """``sig`` to the group ``pid`` leads, the leader gone or not: a group outlives its
+    leader, and its id is never handed to another process while it has members. (Asked
+    through the leader, the group of a candidate whose process had exited, leaving a child
+    to answer for it, was out of reach.) Before the candidate made its group, to it alone."""
     try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-            return
+        os.killpg(pid, sig)
+        return
     except (ProcessLookupError, PermissionError, TypeError):
         pass
     signal_pid(pid, sig)
+
+
+def exited(pid: int) -> bool:
+    """Whether process ``pid`` is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2][1:2] in ("Z", "X", "")
+    except OSError:
+        return True
 
 
 def stop_outsiders(pid: int, listed: list[int] | None = None) -> set[int]:
