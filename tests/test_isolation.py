@@ -356,13 +356,41 @@ def test_every_thread_is_sent_its_own_stop():
         p.wait()
 
 
+def processes_named(marker: str) -> set[int]:
+    """The live processes named ``marker`` (PR_SET_NAME): a candidate can write no file the
+    test could read, so what it forks is found by the name it gives itself."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                name, state = f.read().split("(", 1)[1].rsplit(")", 1)
+            if name == marker and state.split()[0] != "Z":
+                found.add(int(pid))
+        except (OSError, IndexError):
+            pass
+    return found
+
+
+def gone_soon(marker: str, within_s: float = 10.0) -> bool:
+    """Whether every process named ``marker`` is gone within ``within_s`` (those left are
+    killed, so that a failing test leaves nothing running)."""
+    import time
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not processes_named(marker):
+            return True
+        time.sleep(0.1)
+    for pid in processes_named(marker):
+        os.kill(pid, 9)
+    return False
+
+
 def test_a_candidate_whose_process_exits_while_a_child_answers_for_it_fails(pool):
     """The candidate's process forks and exits; the child, holding its pipe, answers every
     later request. Listed from the leader, the child was below no process the judge looks at,
     so it was never stopped and outlived the job (the red team's orphan). The group outlives
     its leader and is signalled by its id, and a request answered after the leader exited
     fails the candidate."""
-    import time
     marker = f"kdslorph{os.getpid() % 10000}"
     source = SOFTMAX.replace("def kernel(inputs, outputs, sizes):\n", f"""\
 def kernel(inputs, outputs, sizes):
@@ -379,29 +407,9 @@ def kernel(inputs, outputs, sizes):
         while os.path.exists(f"/proc/{{leader}}/stat") and time.monotonic() < end:
             time.sleep(0.001)  # until the leader is reaped: the judge's side sees it gone
 """)
-
-    def named() -> set[int]:
-        found = set()
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    name, state = f.read().split("(", 1)[1].rsplit(")", 1)
-                if name == marker and state.split()[0] != "Z":
-                    found.add(int(pid))
-            except (OSError, IndexError):
-                pass
-        return found
-
     r = pool.submit(job(source, backend="fakeraw")).result(timeout=600)
     assert not r.ok and "exited" in r.message, r.message
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if not named():
-            return
-        time.sleep(0.1)
-    for child in named():
-        os.kill(child, 9)
-    raise AssertionError("the child that answered for the candidate outlived it")
+    assert gone_soon(marker), "the child that answered for the candidate outlived it"
 
 
 def test_a_hung_candidate_dies_with_its_judge():
@@ -480,23 +488,11 @@ def kernel(inputs, outputs, sizes):
                     time.sleep(1)
 """)
 
-    def named() -> set[int]:
-        found = set()
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    name, state = f.read().split("(", 1)[1].rsplit(")", 1)
-                if name == marker and state.split()[0] != "Z":
-                    found.add(int(pid))
-            except (OSError, IndexError):
-                pass
-        return found
-
     seen, stop = set(), threading.Event()
 
     def watch():
         while not stop.is_set():
-            seen.update(named())
+            seen.update(processes_named(marker))
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -508,11 +504,4 @@ def kernel(inputs, outputs, sizes):
         watcher.join()
     assert r.ok, r.message
     assert seen, "the candidate's child was never seen"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if not named():
-            return
-        time.sleep(0.1)
-    for child in named():
-        os.kill(child, 9)
-    raise AssertionError("the forked child outlived its candidate")
+    assert gone_soon(marker), "the forked child outlived its candidate"
