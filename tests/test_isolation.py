@@ -356,6 +356,44 @@ def test_every_thread_is_sent_its_own_stop():
         p.wait()
 
 
+def test_a_task_continued_after_it_was_seen_stopped_is_stopped_again():
+    """The kernel itself can continue a task the judge has seen stopped (a parent-death
+    signal of SIGCONT, fired when a parent still exiting at the stop finishes): the wait
+    ends only when a whole pass, every task read again, finds them all stopped, and what
+    runs again is stopped again."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from kdsl.search.eval import stopping
+    code = "while True:\n    pass\n"
+    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    real = stopping._tasks
+    calls = []
+
+    def continued_after_the_first_pass(pid, outside):
+        calls.append(pid)
+        if len(calls) == 2:  # the whole pass that would have ended the wait
+            os.kill(p.pid, signal.SIGCONT)
+            time.sleep(0.05)
+        return real(pid, outside)
+
+    try:
+        time.sleep(0.2)
+        stopping.halt(p.pid)
+        stopping._tasks = continued_after_the_first_pass
+        try:
+            stopping.settle(p.pid)
+        finally:
+            stopping._tasks = real
+        assert len(calls) >= 3
+        with open(f"/proc/{p.pid}/stat") as f:
+            assert f.read().rpartition(")")[2].split()[0] == "T"
+    finally:
+        p.kill()
+        p.wait()
+
+
 def processes_named(marker: str) -> set[int]:
     """The live processes named ``marker`` (PR_SET_NAME): a candidate can write no file the
     test could read, so what it forks is found by the name it gives itself."""

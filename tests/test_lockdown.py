@@ -69,6 +69,15 @@ def kernel(inputs, outputs, sizes):
             raise OSError(ctypes.get_errno(), "sigqueue")
 
     attempt("sigcont_queued", sigcont_queued)
+
+    def pdeathsig(sig):  # the signal the kernel sends it when its parent exits
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, sig, 0, 0, 0) < 0:  # PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), "prctl")
+
+    attempt("pdeathsig_cont", lambda: pdeathsig(18))
+    attempt("pdeathsig_kill", lambda: pdeathsig(9))  # (what it had: its parent lives on)
     attempt("leave_group", lambda: os.setpgid(0, 0))
     attempt("inet_socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
     attempt("unix_socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close())
@@ -188,11 +197,14 @@ def test_signals_reach_only_its_own_group_it_stays_in_and_sockets_are_local(resu
 
 def test_it_can_never_continue_itself(result):
     """SIGCONT (kill, tgkill, sigqueue) is refused even to itself: sent by a thread still
-    running after the judge's SIGSTOP, it threw the pending stop away."""
+    running after the judge's SIGSTOP, it threw the pending stop away. So is SIGCONT as the
+    signal its parent's exit sends it (prctl's PR_SET_PDEATHSIG), which the kernel sends
+    past any filter."""
     if layer(result, "seccomp") != "on":
         pytest.skip(f"no seccomp filter here: {layer(result, 'seccomp')}")
-    assert not {"sigcont_self", "sigcont_group", "sigcont_thread", "sigcont_queued"} \
-        & done(result), result.message
+    assert not {"sigcont_self", "sigcont_group", "sigcont_thread", "sigcont_queued",
+                "pdeathsig_cont"} & done(result), result.message
+    assert "pdeathsig_kill" in done(result), result.message
 
 
 def test_what_it_starts_stays_below_it_and_threads_and_forks_still_work(result):

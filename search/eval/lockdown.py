@@ -151,6 +151,7 @@ SYSCALLS = {  # name: (x86_64, aarch64)
     "fsmount": (432, 432), "socket": (41, 198), "setsid": (112, 157), "setpgid": (109, 154),
     "io_uring_setup": (425, 425), "clone": (56, 220), "clone3": (435, 435),
     "fcntl": (72, 25), "timer_create": (222, 107), "mq_notify": (244, 184),
+    "prctl": (157, 167),
 }
 # (pidfd_open and pidfd_getfd stay allowed: taking another process's descriptor is checked
 # like ptrace, which the dropped capabilities and not-dumpable processes already refuse, and
@@ -191,6 +192,10 @@ CLONE_DENIED = (0x00008000       # CLONE_PARENT
 # of the same user: the judge took a SIGUSR1 so) with a signal of its choice (SIGCONT)
 F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15
 SIGCHLD = 17  # the one signal a clone's child may send its parent on exit (flags' low byte)
+# prctl's option that names the signal the kernel sends a process when its parent exits: with
+# SIGCONT, a worker continued by its parent's slow exit ran on after the judge had seen it
+# stopped (the red team's third pass); the candidate's own SIGKILL is set before the filter
+PR_SET_PDEATHSIG = 1
 RET_ALLOW, RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
 RET_ENOSYS = 0x00050000 | errno.ENOSYS
 LD_W_ABS, JEQ_K, JGE_K, JSET_K, AND_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06
@@ -201,7 +206,8 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     only to ``pid``, its group (``-pid``, 0) or its own threads, and none of job control
     (``JOB_CONTROL``); sockets only AF_UNIX;
     clone without ``CLONE_DENIED`` flags and with no exit signal but SIGCHLD, clone3 not
-    at all (ENOSYS); fcntl but F_SETOWN, F_SETOWN_EX and F_SETSIG."""
+    at all (ENOSYS); fcntl but F_SETOWN, F_SETOWN_EX and F_SETSIG; prctl but a parent-death
+    signal of job control."""
     audit, index = AUDIT_ARCH[arch], 0 if arch == "x86_64" else 1
     nr = {name: numbers[index] for name, numbers in SYSCALLS.items()}
     code: list = []  # (op, jt label | None, jf label | None, k) with labels resolved below
@@ -223,6 +229,7 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     emit(JEQ_K, nr["clone"], "clone", None)
     emit(JEQ_K, nr["clone3"], "enosys", None)
     emit(JEQ_K, nr["fcntl"], "fcntl", None)
+    emit(JEQ_K, nr["prctl"], "prctl", None)
     emit(RET_K, RET_ALLOW)
     for arg in sorted(set(TARGETED.values())):
         labels[f"target{arg}"] = len(code)
@@ -248,6 +255,12 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     emit(JEQ_K, F_SETOWN, "deny", None)
     emit(JEQ_K, F_SETSIG, "deny", None)
     emit(JEQ_K, F_SETOWN_EX, "deny", "allow")
+    labels["prctl"] = len(code)
+    emit(LD_W_ABS, 16)                              # the option
+    emit(JEQ_K, PR_SET_PDEATHSIG, None, "allow")
+    emit(LD_W_ABS, 24)                              # its signal
+    emit(JGE_K, JOB_CONTROL[0], None, "allow")
+    emit(JGE_K, JOB_CONTROL[1] + 1, "allow", "deny")
     labels["enosys"] = len(code)
     emit(RET_K, RET_ENOSYS)
     labels["allow"] = len(code)
