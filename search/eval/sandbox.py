@@ -144,8 +144,8 @@ class Sandbox:
         if stopping.exited(self.pid):
             # what answered was a process it forked, below no process the judge lists
             self.stop()
-            raise CandidateFault("the candidate's process exited, and a process it had "
-                                 "forked answered for it")
+            raise CandidateFault("the candidate's process exited during the request; its "
+                                 "reply may have come from a process it forked")
         tag = reply[0]
         if tag == "raised":
             raise CandidateFault(f"kernel raised {reply[1]}")
