@@ -136,11 +136,7 @@ def _signal_group(pid: int, sig) -> None:
 
 def exited(pid: int) -> bool:
     """Whether process ``pid`` is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2][1:2] in ("Z", "X", "")
-    except OSError:
-        return True
+    return _state(f"/proc/{pid}/stat") in ("Z", "X", "")
 
 
 def stop_outsiders(pid: int, listed: list[int] | None = None) -> set[int]:
@@ -182,12 +178,16 @@ def descendants(pid: int) -> list[int]:
 
 def _running(pid: int, tid: str) -> bool:
     """Whether the task is neither stopped (state T or t), dead (Z, X) nor gone."""
+    return _state(f"/proc/{pid}/task/{tid}/stat") not in ("T", "t", "Z", "X", "")
+
+
+def _state(stat_path: str) -> str:
+    """The state letter of a /proc ``stat`` file ("" when it is gone)."""
     try:
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            text = f.read()
+        with open(stat_path) as f:
+            return f.read().rpartition(")")[2][1:2]
     except OSError:
-        return False
-    return text.rpartition(")")[2][1:2] not in ("T", "t", "Z", "X", "")
+        return ""
 
 
 def _tids(pid: int) -> list[str]:

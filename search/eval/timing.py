@@ -426,7 +426,7 @@ def as_kernel(kernel, timer: Timer):
 # and its calls cost by themselves, as steps of calls of nothing (``trip_ms`` a step,
 # ``call_ms`` a call: on a GPU the timer's head start, a busy-wait of about 1 ms, and its L2
 # flush), each the least of its probes (``sandbox.step_costs``), the step's no more than the
-# least that any step of the request left beside its claimed calls (``step_cost``). Each
+# least that any step of the request left beside its claimed calls (``subtracted_trip_ms``). Each
 # call's sample counts at least its share of its step's wall less exactly those
 # measured costs, with no allowance: a process that forges its own timer (native code can
 # reach anything in it) is then timed by the judge's clock, whose error is the step's own cost
@@ -452,7 +452,7 @@ CLOCK_RATIO = 2.0
 CLOCK_SLACK_MS = 2.0
 
 
-def step_cost(kernel) -> float:
+def subtracted_trip_ms(kernel) -> float:
     """A step's own cost, subtracted from each wall: the probe's, but never more than the
     least any step of this request left beside what its calls claimed (``step_extras``). A
     probe taken on a busy host reads high, and the excess was time the candidate worked
@@ -473,7 +473,7 @@ def judged_calls(kernel, samples: list[float], device: str = "cpu"
         return list(samples), {}, None
     shares = getattr(kernel, "shares", None) or [1] * len(walls)
     call_ms = getattr(kernel, "call_ms", 0.0)
-    trip_ms = step_cost(kernel)
+    trip_ms = subtracted_trip_ms(kernel)
     floors = [max(0.0, (w - trip_ms) / n - call_ms) for w, n in zip(walls, shares)]
     believed = [max(s, f) for s, f in zip(samples, floors)]
     allow = trip_ms + TRIP_SLACK_MS[device]
