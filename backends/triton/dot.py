@@ -142,11 +142,15 @@ def defaults(op: ir.Op, device: str) -> Genome:
             g["K_SCALAR"] = len(windows)
     if _unfoldable(op, plan):
         g["IM2COL"] = 0  # (not yet timed against the window read in place)
+    f32_cores = "F32_DOT" in g and _bench_dtype(op, device) == "f32"  # tf32x3, below
     if _stageable(op, plan):
         # a window's taps run as scalars leave the channels on K: copied channels-last, the
         # tiles load 16 bytes at a time (sm_90 compiles of KernelBench's 2-D convolutions:
-        # 18 16-byte cp.async a step against 72 of 4 bytes)
-        g["STAGE"] = int(bool(windows) and bool(dot_staging.permutations(
+        # 18 16-byte cp.async a step against 72 of 4 bytes). And f32 factors reach Hopper's
+        # TF32 MMAs only K-major: a factor read N-major is transposed through registers at
+        # every step (H200, f32 4096^3 as tf32x3 on 128x128x32 tiles: B read [K, N] 3.96 ms,
+        # staged [N, K] 1.85 ms with the copy; torch's f32 GEMM 2.69)
+        g["STAGE"] = int((bool(windows) or f32_cores) and bool(dot_staging.permutations(
             op, plan, k_split(plan, g.get("K_SCALAR", 0))[1])))
     if len(plan.m) > 1 or len(plan.n) > 1:
         inner = [_extent(axes[-1:], sizes) for axes in (plan.m, plan.n) if len(axes) > 1]
@@ -182,10 +186,14 @@ def defaults(op: ir.Op, device: str) -> Genome:
         if tma_layout(plan) and not wide_m:
             g.update(TMA=1, GROUP_M=16, num_stages=4)
         if _bench_dtype(op, device) == "f32":
-            # f32 operands on 128x128x32 tiles, 8 warps: compiles for sm_90 with no spills
+            # f32 operands on 128x128 tiles, 8 warps: compiles for sm_90 with no spills
             # as tf32x3 (128x256x64: 136 spilled registers; every ieee tile tried spilled
-            # 424-1446)
-            g.update(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
+            # 424-1446). K-major factors take a 64 step (H200, f32 4096^3, both K-major:
+            # 1.55 ms against 1.85 at 32; with one read N-major 3.73 against 3.96)
+            k_major = not windows and dot_staging.k_major(
+                op, plan, k_split(plan, 0)[1], bool(g.get("STAGE")))
+            g.update(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64 if k_major else 32, num_warps=8,
+                     num_stages=3)
     else:
         bm = min(max(16, _pow2(M)), 128)
         bn = min(max(16, _pow2(N)), 128)

@@ -49,6 +49,23 @@ def permutations(op: ir.Op, plan: Contraction, k_inner: list[Axis]
     return out
 
 
+def k_major(op: ir.Op, plan: Contraction, k_inner: list[Axis], staged: bool) -> bool:
+    """Does every factor read its K lane innermost: as it lies, or (``staged``) once
+    ``permutations`` has moved it there?"""
+    if not k_inner or plan.pairs:
+        return False
+    lane = k_inner[-1].name
+    others = {ax.name for ax in plan.m + plan.n + tuple(k_inner[:-1])}
+    moved = permutations(op, plan, k_inner) if staged else {}
+    for f in (plan.a, plan.b):
+        if f.tensor == plan.target or f.tensor in moved:
+            continue
+        at = _lane_subscript(f, lane, others)
+        if at is None or not all(e == ir.Num(1) for e in op.tensor(f.tensor).shape[at + 1:]):
+            return False
+    return True
+
+
 def _lane_subscript(f: ir.Access, lane: str, others: set[str]) -> int | None:
     """The position of the subscript that is ``lane`` plus terms free of tiled indices."""
     for p, s in enumerate(f.subscripts):
