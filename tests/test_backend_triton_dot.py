@@ -153,6 +153,9 @@ STAGED_OPS = {"conv1d": None, "conv2d_grouped_bias": dict(B=2, CI=6, CO=9, G=3, 
               "conv_transposed1d": None, "matmul": None,
               "conv_pad_one": dict(CI=5, CO=7, L=19, KW=3, P=2, LO=21)}
 TMA_OPS = ("matmul", "matmul_bias_relu", "partial_nt")  # plain 2-D factors, dims M, N, K
+SPLIT_OPS = {"matmul": dict(M=37, N=19, K=45), "matmul_bias_relu": dict(M=37, N=19, K=45),
+             "vecmat_mean": dict(N=19, K=45), "bmm_nt_gate": dict(Z=2, M=17, N=19, K=45),
+             "partial_nt": dict(M=17, N=19, K=45)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -438,6 +441,16 @@ def interp_jobs() -> list[dict]:
                      BLOCK_K=16)
             jobs.append(dict(op=name, label="tf32", genome=g, sizes=dict(M=37, N=24, K=40),
                              dtype="f32", seed=len(jobs)))
+        if name in SPLIT_OPS:
+            # the reduction split across programs: chunks of whole K blocks with a tail
+            # (K = 45 in blocks of 16: three chunks, the last short), float32 partials
+            # added up by the second launch, which runs the epilogue (a relu, a mean, a
+            # gate, a batch)
+            g = dict(td.defaults(op, "cuda"), SPLIT_K=4, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+            sizes = SPLIT_OPS[name]
+            for dt in ("f32", "f16"):
+                jobs.append(dict(op=name, label="split", genome=g, sizes=sizes, dtype=dt,
+                                 seed=len(jobs)))
         if name in TMA_OPS:
             # the TMA gene: rows of 16-byte multiples (descriptors) with M, N and K tails,
             # and a K whose f32 rows are not (the pointer loads again); partial_nt reads B
@@ -463,6 +476,11 @@ def compile_jobs(backend: str) -> list[dict]:
         if backend == "cuda" and tma_layout(analyze(op)):  # both factors by pointer loads
             jobs.append(dict(op=name, label="loads", genome=dict(td.defaults(op, "cuda"), TMA=0),
                              sizes=sizes, dtype="bf16", backend=backend))
+    if backend == "cuda":  # the reduction split across programs, both launches
+        mm = library_op("matmul")
+        jobs.append(dict(op="matmul", label="split", genome=dict(td.defaults(mm, "cuda"),
+                         SPLIT_K=8), sizes=mm.bench[0].size_dict(), dtype="bf16",
+                         backend=backend))
     if backend == "cuda":  # int64 offsets and the f32 (ieee) dot, at a small size
         conv = library_op("conv1d")
         jobs.append(dict(op="conv1d", label="idx64", genome=td.defaults(conv, "cuda"),

@@ -20,9 +20,12 @@ from kdsl.backends.base import Gene, Genome, Unsupported
 from kdsl.backends.lower.groups import split_groups
 from kdsl.backends.triton import dot_im2col, dot_phases, dot_staging
 from kdsl.backends.triton.dot_plan import Contraction, NotAContraction, analyze, swapped
-from kdsl.backends.triton.dot_source import k_split, render_module, split_axes, tma_layout, window_axes
+from kdsl.backends.triton.dot_source import (k_split, render_module, split_axes, splittable,
+                                             tma_layout, window_axes)
 
 WIDE_TILES = (16, 32, 64, 128, 256)
+SPLITS = (1, 2, 4, 8, 16, 32, 64)
+SMS = 132  # streaming multiprocessors of an H100/H200: the programs one wave runs
 PAIR_TILES = (16, 32, 64)  # a gram tile covers F features; F is tens, not thousands
 
 
@@ -93,11 +96,31 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
                         "into the permutation that puts it there (channels-last for a "
                         "convolution): K-major tiles, vector loads, the layout Hopper's TF32 "
                         "MMAs read; 0: every factor read where it lies"))
+    if _splittable(plan):
+        out.append(Gene("SPLIT_K", SPLITS, ordered=True, doc="programs a tile's reduction "
+                        "is split across (float32 partial sums, added up by a second "
+                        "launch that runs the epilogue): for few tiles over a long K"))
     if tma_layout(plan):
         out.append(Gene("TMA", (0, 1), doc="1: both factors' tiles by tensor descriptors "
                                            "(the copy engine; zero fill past the edges) "
                                            "where their strides allow; 0: pointer loads"))
     return out
+
+
+def _splittable(plan: Contraction) -> bool:
+    """A plain K loop (no window taps to run as scalars, no gram tile): ``SPLIT_K``."""
+    return not window_axes(plan) and splittable(plan, ())
+
+
+def _split(programs: int, k_blocks: int) -> int:
+    """Programs a tile's reduction is split across: enough for two waves of the device,
+    each chunk still at least 8 K blocks long (a split's partials cost a write and a read
+    of the output per chunk)."""
+    split = 1
+    while split < SPLITS[-1] and programs * split * 2 <= 2 * SMS and \
+            k_blocks >= 16 * split:
+        split *= 2
+    return split
 
 
 def _unfoldable(op: ir.Op, plan: Contraction) -> bool:
@@ -207,6 +230,11 @@ def defaults(op: ir.Op, device: str) -> Genome:
         g["BLOCK_K"] = min(g["BLOCK_K"], 32)
         if g["BLOCK_M"] * g["BLOCK_N"] >= 64 * 128 or max(g["BLOCK_M"], g["BLOCK_N"]) >= 128:
             g["num_warps"] = 8
+    if _splittable(plan):
+        # a tile's reduction split where the tiles alone would leave most of the device
+        # idle (a 256x256 output over K = 2**19 is four 128x128 tiles)
+        tiles = _extent(batch, sizes) * -(-M // g["BLOCK_M"]) * -(-N // g["BLOCK_N"])
+        g["SPLIT_K"] = _split(tiles, -(-K // g["BLOCK_K"]))
     if "F32_DOT" in g and _bench_dtype(op, device) == "f32":
         # f32 operands as three TF32 tensor-core products of their split halves (about
         # f32's accuracy; H200, f32 4096^3: 4.00 ms against 6.92 by fused multiply-adds)

@@ -107,15 +107,18 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=(), staged=N
     tma = tma_layout(plan)
     k_outer, k_inner = k_split(plan, int(genome.get("K_SCALAR", 0)))
     phases = dot_phases.find(plan, batch, m, n, k_outer) if genome.get("PHASES", 1) else []
+    split = int(genome.get("SPLIT_K", 1)) > 1 and splittable(plan, k_outer)
     body = _kernel_body(op, plan, batch, m, n, helpers, tma, genome.get("F32_DOT", "ieee"),
-                        k_outer, k_inner, phases)
-    ptrs = [f"t_{t}" for t in tensors(plan)] + (["desc_a", "desc_b"] if tma else [])
+                        k_outer, k_inner, phases, split)
+    ptrs = [f"t_{t}" for t in tensors(plan)] + (["t_ws"] if split else []) + \
+        (["desc_a", "desc_b"] if tma else [])
     dims = [f"d_{d}" for d in op.dims]
-    params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k", "n_t", "ph_t"] + [
+    params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k", "n_t", "ph_t"] + (
+        ["k_chunk", "n_split"] if split else []) + [
         f"{c}: tl.constexpr" for c in
         ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "IDX64", "IEEE", "SHARE",
          "F32_PREC")
-        + (("TMA",) if tma else ())]
+        + (("TMA",) if tma else ()) + (("PARTIAL", "COMBINE") if split else ())]
     sig = _wrap(f"def {name}(", params, "):")
     parts = [_HEADER.format(op=op.name) + (_TMA_IMPORT if tma else "")]
     parts += [HELPERS[h] for h in sorted(helpers)]
@@ -124,7 +127,7 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=(), staged=N
     if unfolding[0]:
         parts.append(unfolding[0])
     parts.append(_launcher(op, plan, batch, m, n, name, genome, tma, exact, k_outer, k_inner,
-                           phases, staged or {}, unfolding[1]))
+                           phases, staged or {}, unfolding[1], split))
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
@@ -178,8 +181,25 @@ def _dot(f32: str) -> list[str]:
             "    acc = tl.dot(x_a, x_b, acc)"]
 
 
+def splittable(plan: Contraction, k_outer) -> bool:
+    """Can the reduction be split across programs (``SPLIT_K``)? A plain K loop only: no
+    taps run as scalars, no gram tile."""
+    return not k_outer and not plan.pairs
+
+
+# split-K: each of n_split programs of a tile reduces one chunk of K into a float32
+# partial (PARTIAL), and a second launch of the same kernel sums them and runs the
+# epilogue (COMBINE): the epilogue may be any function of the whole sum
+_SPLIT_AT = "ws_at = (pid_b * n_m + flat_m[:, None]) * n_n + flat_n[None, :]"
+_SPLIT_COMBINE = ["if COMBINE:",
+                  "    for s in range(0, n_split):",
+                  "        acc += tl.load(t_ws + s * (n_b * n_m * n_n) + ws_at)",
+                  "else:"]
+
+
 def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
-                 f32: str = "ieee", k_outer=(), k_inner=None, phases=()) -> list[str]:
+                 f32: str = "ieee", k_outer=(), k_inner=None, phases=(),
+                 split: bool = False) -> list[str]:
     dims = TileScope(op, {}, helpers=helpers)
     body = list(_PROLOGUE)
     body += _decompose("pid_b", batch, dims)
@@ -205,15 +225,24 @@ def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
     scalar = {ax.name: f"i_{ax.name}" for ax in batch}
     rows = {ax.name: f"i_{ax.name}[:, None]" for ax in m}
     cols = {ax.name: f"i_{ax.name}[None, :]" for ax in n}
-    body += _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma, f32,
-                    list(k_outer), list(plan.k if k_inner is None else k_inner),
-                    list(phases))
+    loop = _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma, f32,
+                   list(k_outer), list(plan.k if k_inner is None else k_inner),
+                   list(phases), split)
     out = TileScope(op, {**scalar, **rows, **cols}, helpers=helpers, runs=(run_m, run_n))
-    return body + _epilogue(plan, m, n, out)
+    tail = _epilogue(plan, m, n, out)
+    if not split:
+        return body + loop + tail
+    return body + ["pid_s = tl.program_id(1)", _SPLIT_AT] + loop[:1] + _SPLIT_COMBINE + [
+        "    " + ln for ln in loop[1:]] + [
+        "if PARTIAL:",
+        "    tl.store(t_ws + pid_s * (n_b * n_m * n_n) + ws_at, acc,",
+        "             mask=ok_m[:, None] & ok_n[None, :])",
+        "else:"] + ["    " + ln for ln in tail]
 
 
 def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpers,
-            tma=None, f32: str = "ieee", k_outer=(), k_inner=(), phases=()) -> list[str]:
+            tma=None, f32: str = "ieee", k_outer=(), k_inner=(), phases=(),
+            split: bool = False) -> list[str]:
     taps = {ax.name: f"i_{ax.name}" for ax in k_outer}
     k_cols = {ax.name: f"i_{ax.name}[None, :]" for ax in k_inner}
     k_rows = {ax.name: f"i_{ax.name}[:, None]" for ax in k_inner}
@@ -263,6 +292,9 @@ def _k_loop(op, plan: Contraction, m, n, scalar, rows, cols, run_m, run_n, helpe
                  f"for step in range(0, {taps_n} * tiles_k):"]
     elif k_outer:
         head += ["tiles_k = tl.cdiv(n_k, BLOCK_K)", "for step in range(0, n_t * tiles_k):"]
+    elif split:  # this program's chunk of K (whole blocks: EVEN_K still holds)
+        head += ["for k0 in range(pid_s * k_chunk, tl.minimum(pid_s * k_chunk + k_chunk, n_k),"
+                 " BLOCK_K):"]
     else:
         head += ["for k0 in range(0, n_k, BLOCK_K):"]
     return head + ["    " + ln for ln in inner]
@@ -427,7 +459,7 @@ def _product(axes) -> str:
 
 def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=None,
               exact=(), k_outer=(), k_inner=None, phases=(), staged=None,
-              unfolding: str = "") -> str:
+              unfolding: str = "", split: bool = False) -> str:
     names = tensors(plan)
     ins = [t for t in names if t != plan.target]
     a, b = plan.a.tensor, plan.b.tensor
@@ -436,13 +468,17 @@ def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=N
         f'        t["{a}"], t["{b}"] = t["{a}"].float(), t["{b}"].float()\n')
     keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
     gen = ", ".join(f'"{k}": {int(genome[k])}' for k in keys)
-    args = ", ".join(f't["{t}"]' for t in ins) + ", dst"
+    args = ", ".join(f't["{t}"]' for t in ins) + ", dst" + (", ws" if split else "")
     descs = ""
     if tma:
         gen += f', "TMA": {int(genome.get("TMA", 0))}'
         args += ", *descs"
         descs = _DESCRIPTORS.format(a=a, b=b, la=tma[0], lb=tma[1])
+    if split:
+        gen += f', "SPLIT_K": {int(genome["SPLIT_K"])}'
+    launch = (_SPLIT_LAUNCH if split else _LAUNCH).format(name=name, args=args)
     return _LAUNCHER.format(
+        launch=launch, split_cfg=_SPLIT_CFG if split else "",
         genome=gen, name=name, dims=", ".join(f'"{d}"' for d in op.dims),
         n_b=_product(batch), n_m=_product(m), n_n=_product(n),
         n_k=_product(plan.k if k_inner is None else k_inner), n_t=_product(k_outer),
@@ -537,7 +573,7 @@ def configure(sizes, itemsize, smem=SMEM_DEFAULT, idx64=False, ieee=False):
                       F32_PREC=F32_PREC,
                       EVEN_K=n_k % bk == 0, IDX64=idx64, IEEE=ieee,
                       SHARE=n_m == n_n and bm == bn and n_m <= bm)
-    return dict(grid=grid, scalars=scalars, constexprs=constexprs,
+{split_cfg}    return dict(grid=grid, scalars=scalars, constexprs=constexprs,
                 num_warps=GENOME["num_warps"], num_stages=stages)
 
 
@@ -553,17 +589,44 @@ def kernel(inputs, outputs, sizes):
          .contiguous() for name in ({ins},)}}
 {cast}    out = outputs["{target}"]
     dst = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
-    big = max([x.numel() for x in t.values()] + [dst.numel()]) >= INDEX64_FROM
+    big = max([x.numel() for x in t.values()]
+              + [dst.numel() * GENOME.get("SPLIT_K", 1)]) >= INDEX64_FROM
     cfg = configure(sizes, t["{a}"].element_size(), _smem(dst.device), big,
                     t["{a}"].dtype == torch.float32)
     if cfg is not None and dst.device.type == "cpu" and F32_PREC not in INTERPRETED_PRECS:
         cfg["constexprs"]["F32_PREC"] = "tf32x3"  # the interpreter's nearest: f32 either way
     if cfg is not None:
-{descs}        {name}[cfg["grid"]]({args}, *[v for _, v in cfg["scalars"]], **cfg["constexprs"],
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    if dst is not out:
+{descs}{launch}    if dst is not out:
         out.copy_(dst)
 '''
+
+_LAUNCH = """        {name}[cfg["grid"]]({args}, *[v for _, v in cfg["scalars"]], **cfg["constexprs"],
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+"""
+
+# K split in chunks of whole blocks: at most SPLIT_K of them, none empty
+_SPLIT_CFG = """    n_split = max(1, min(GENOME["SPLIT_K"], triton.cdiv(max(n_k, 1), bk)))
+    k_chunk = triton.cdiv(triton.cdiv(max(n_k, 1), n_split), bk) * bk
+    n_split = triton.cdiv(max(n_k, 1), k_chunk)
+    grid = grid + (n_split,)
+    scalars += [("k_chunk", k_chunk), ("n_split", n_split)]
+    constexprs.update(PARTIAL=n_split > 1, COMBINE=False)
+"""
+
+# the partial sums in a float32 workspace, then a launch over the tiles that adds them up
+# and runs the epilogue
+_SPLIT_LAUNCH = """        sc = dict(cfg["scalars"])
+        parts = cfg["grid"][1]
+        ws = dst if parts == 1 else torch.empty(parts * sc["n_b"] * sc["n_m"] * sc["n_n"],
+                                                dtype=torch.float32, device=dst.device)
+        {name}[cfg["grid"]]({args}, *[v for _, v in cfg["scalars"]], **cfg["constexprs"],
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        if parts > 1:
+            {name}[cfg["grid"][:1] + (1,)]({args}, *[v for _, v in cfg["scalars"]],
+                **dict(cfg["constexprs"], PARTIAL=False, COMBINE=True),
+                num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+"""
+
 
 def _phase_fit(tiled) -> str:
     """Launcher lines: N lanes for a tile axis walked phase by phase, each phase padded to
