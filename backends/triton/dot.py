@@ -107,6 +107,31 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
     return out
 
 
+# multiply-adds (two flops) of the product per byte the staging copies move (each element
+# read and written once), below which the copies are not worth making. The H200's f32
+# GEMMs as tf32x3 ran at about 90 TFLOP/s, its copies at about 4 TB/s: a copy moving a
+# byte costs what about 22 flops do, and reading a factor N-major doubled the product's
+# time. So a copy pays where it moves fewer bytes than the product has flops / 48, with
+# room to spare (KernelBench, staged: 4096^3 GEMMs 1,024 flops a byte, 2.0-2.6x faster; a
+# batched GEMM 128, 1.5x; a pointwise convolution over 4 GB of input, 32, is left as it
+# was, 1.96x torch.compile unstaged on an H100)
+STAGE_FLOPS_PER_BYTE = 48
+
+
+def _pays_for_copies(op: ir.Op, plan: Contraction, orders, sizes) -> bool:
+    flops = 2 * _extent(plan.batch + plan.m + plan.n + plan.k, sizes)
+    moved = 0
+    for name in orders:
+        n = 1
+        for e in op.tensor(name).shape:
+            try:
+                n *= max(evaluate(e, sizes), 0)
+            except Exception:
+                n *= 1024
+        moved += 2 * n * 4  # f32, read and written
+    return flops >= STAGE_FLOPS_PER_BYTE * moved
+
+
 def _splittable(plan: Contraction) -> bool:
     """A plain K loop (no window taps to run as scalars, no gram tile): ``SPLIT_K``."""
     return not window_axes(plan) and splittable(plan, ())
@@ -172,9 +197,11 @@ def defaults(op: ir.Op, device: str) -> Genome:
         # 18 16-byte cp.async a step against 72 of 4 bytes). And f32 factors reach Hopper's
         # TF32 MMAs only K-major: a factor read N-major is transposed through registers at
         # every step (H200, f32 4096^3 as tf32x3 on 128x128x32 tiles: B read [K, N] 3.96 ms,
-        # staged [N, K] 1.85 ms with the copy; torch's f32 GEMM 2.69)
-        g["STAGE"] = int((bool(windows) or f32_cores) and bool(dot_staging.permutations(
-            op, plan, k_split(plan, g.get("K_SCALAR", 0))[1])))
+        # staged [N, K] 1.85 ms with the copy; torch's f32 GEMM 2.69), where the product
+        # has the work to pay for the copy
+        orders = dot_staging.permutations(op, plan, k_split(plan, g.get("K_SCALAR", 0))[1])
+        g["STAGE"] = int(bool(orders) and (bool(windows) or (
+            f32_cores and _pays_for_copies(op, plan, orders, sizes))))
     if len(plan.m) > 1 or len(plan.n) > 1:
         inner = [_extent(axes[-1:], sizes) for axes in (plan.m, plan.n) if len(axes) > 1]
         g["FLATTEN"] = int(min(inner) < 128)
