@@ -36,7 +36,7 @@ import os
 import signal
 import sys
 
-from . import confine  # standard library only, like this module
+from . import confine, spin  # standard library only, like this module
 from .replies import trim  # (so is this)
 
 LOG_CAP_BYTES = 64 << 20  # RLIMIT_FSIZE: the candidate's log, and any file it writes
@@ -83,13 +83,17 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
     _warm(device, torch)
     conn.send(("ready", os.getpid(), confinement))
     host = _Host(device)
+    polled = False  # the last request was timed: the next is polled for (``spin``)
     while True:
         try:
+            if polled:
+                spin.candidate_wait(conn)
             message = conn.recv()
         except (EOFError, OSError):
             return
         if message is None:
             return
+        polled = spin.polls(device, message)
         try:
             reply = host.handle(message)
         except _Tampered as e:

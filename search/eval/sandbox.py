@@ -27,7 +27,8 @@ import tempfile
 import time
 import weakref
 
-from . import candidate_main, confine, lockdown, replies, stopping, timed_calls, zygote
+from . import (candidate_main, confine, lockdown, replies, spin, stopping, timed_calls,
+               zygote)
 
 READY_TIMEOUT_S = 300.0
 ARENA_MAX_BYTES = 256 << 20  # cases up to this size go through the arena
@@ -126,6 +127,8 @@ class Sandbox:
             self.conn.send(message)
         except (OSError, ValueError) as e:
             raise CandidateFault(f"the candidate process is gone: {self._death(e)}") from None
+        if spin.polls(self.device, message):
+            spin.judge_wait(self.conn)
         reply = self._receive()
         outside = stopping.halt(self.pid)
         if outside and self.confinement.get("seccomp") == "on":  # (stopped; killed with it)

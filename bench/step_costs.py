@@ -1,0 +1,158 @@
+"""Where a judged step's time goes: the judge's side of each round trip, probes against
+timed steps, with the candidate's wait for the next request polled or blocking.
+
+    python bench/step_costs.py --device cuda --poll both --out DIR \\
+        specs/kernelbench/level1/19_relu.kspec specs/kernelbench/level1/40_layer_norm.kspec
+
+Each spec's default kernel goes through the full evaluation (the judge in this process);
+every round trip of the clean process's probes and of the timed steps is split into the
+judge's phases: waking the process (``resume``), the request until its reply (``recv``),
+the stops (``halt``) and the wait until every task is seen stopped (``settle``). What
+the judge subtracts from a step is the probes' fastest own cost; what an honest step
+costs beyond its samples is the steps' median: their difference is what the honest kernel
+pays on the judge's clock (``sandbox.step_costs``, ``timing.judged_calls``). With
+``--poll both`` the same specs run twice, in one fresh process each, with the polled wait
+(``search/eval/spin.py``) on and off. Writes DIR/step-costs.json and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+PHASES = ("resume", "recv", "halt", "settle")
+
+
+def measure(paths: list[str], device: str) -> dict:
+    """{op: {round trip kind: {phase: median ms}, ...}, ...} for each spec's default kernel,
+    evaluated here."""
+    from kdsl import backends, spec
+    from kdsl.search.candidate import Candidate
+    from kdsl.search.eval import sandbox, stopping
+    from kdsl.search.eval.evaluator import evaluate
+    from kdsl.search.jobs import EvalConfig, EvalJob
+
+    trips: dict = defaultdict(lambda: defaultdict(list))
+    call = sandbox.Sandbox.call
+
+    def timed_call(self, *message):
+        kind = message[0]
+        if kind not in ("probe", "steps"):
+            return call(self, *message)
+        marks: dict = {}
+
+        def lap(name, fn):
+            def wrapped(*a, **k):
+                out = fn(*a, **k)
+                marks[name] = time.perf_counter()
+                return out
+            return wrapped
+        saved = stopping.resume, stopping.halt
+        stopping.resume, stopping.halt = lap("resume", saved[0]), lap("halt", saved[1])
+        self._receive, self._settle = lap("recv", self._receive), lap("settle", self._settle)
+        start = time.perf_counter()
+        try:
+            reply = call(self, *message)
+        finally:
+            stopping.resume, stopping.halt = saved
+            del self._receive, self._settle
+        key = f"probe of {message[1]}" if kind == "probe" else f"step of {len(message[1])}"
+        row = trips[key]
+        for name in PHASES:
+            row[name].append((marks[name] - start) * 1e3)
+            start = marks[name]
+        row["wall"].append(self.last_wall_ms)
+        row["beyond_samples"].append(self.last_wall_ms - sum(reply[1]))
+        row["threads"].append(len(os.listdir(f"/proc/{self.pid}/task")))
+        return reply
+
+    sandbox.Sandbox.call = timed_call
+    backend = "triton" if device == "cuda" else "c"
+    out = {}
+    for path in paths:
+        trips.clear()
+        op = spec.load(path).ops[0]
+        cand = Candidate.of(backend, backends.get(backend).space(op, device).default(),
+                            origin="default")
+        res = evaluate(EvalJob(op, cand, EvalConfig(device=device, timeout_s=300, reps=20,
+                                                     baseline="eager")))
+        art = res.artifacts or {}
+        out[op.name] = {
+            "ok": res.ok, "message": res.message[:300], "time_ms": res.time_ms,
+            "clock": {k: art.get(k) for k in ("judge_clock_ms", "step_trip_ms",
+                                               "probed_trip_ms", "step_call_ms",
+                                               "calls_a_step", "step_overhead_ms")},
+            "claimed_median_ms": statistics.median(art["claimed_ms"])
+            if art.get("claimed_ms") else None,
+            "trips": {k: {name: {"median": round(statistics.median(v), 4),
+                                 "min": round(min(v), 4)} for name, v in row.items()}
+                      | {"n": len(row["wall"])} for k, row in trips.items()}}
+    return out
+
+
+def table(results: dict) -> str:
+    lines = ["| poll | op | ok | figure ms | judge's clock ms | step's own cost subtracted ms "
+             "| one-call probe beyond samples, min / median ms | steps beyond samples, "
+             "median ms | threads |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for poll, ops in results.items():
+        for name, r in ops.items():
+            one = r["trips"].get("probe of 1", {}).get("beyond_samples", {})
+            steps = [v for k, v in r["trips"].items() if k.startswith("step")]
+            beyond = max((s["beyond_samples"]["median"] for s in steps), default=None)
+            threads = max((s["threads"]["median"] for s in steps), default=None)
+            c = r["clock"]
+            lines.append(f"| {poll} | {name} | {'yes' if r['ok'] else 'no'} | "
+                         f"{r['time_ms'] and round(r['time_ms'], 4)} | {c.get('judge_clock_ms')} | "
+                         f"{c.get('step_trip_ms')} + {c.get('step_call_ms')} a call | "
+                         f"{one.get('min')} / {one.get('median')} | {beyond} | {threads} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("specs", nargs="+")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--poll", choices=("on", "off", "both"), default="both")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--json", help=argparse.SUPPRESS)  # one mode, in a fresh process
+    args = ap.parse_args(argv)
+    missing = [p for p in args.specs if not Path(p).is_file()]
+    if missing:
+        print(f"step_costs: error: no spec file {missing[0]}", file=sys.stderr)
+        return 2
+    if args.json:
+        Path(args.json).write_text(json.dumps(measure(args.specs, args.device)))
+        return 0
+    sys.path.insert(0, str(Path(__file__).parent))
+    from script_args import device_ready
+    if not device_ready("step_costs", args.device):
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for poll in (("on", "off") if args.poll == "both" else (args.poll,)):
+        part = out / f"step-costs-poll-{poll}.json"
+        env = dict(os.environ, KDSL_POLL="1" if poll == "on" else "0")
+        subprocess.run([sys.executable, __file__, *args.specs, "--device", args.device,
+                        "--out", str(out), "--json", str(part)], env=env, check=True)
+        results[poll] = json.loads(part.read_text())
+    meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "device": args.device}
+    if args.device == "cuda":
+        import torch
+        meta["device"] = torch.cuda.get_device_name()
+    (out / "step-costs.json").write_text(json.dumps({"meta": meta, "results": results},
+                                                    indent=1))
+    print(f"{meta['when']} · {meta['device']}\n\n{table(results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
