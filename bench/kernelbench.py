@@ -226,7 +226,10 @@ def merge(paths: list[str], out: Path) -> int:
         meta = meta or data["meta"]
         dates.append(data["meta"].get("date", "?"))
         for r in data["rows"]:
-            rows[r["problem"]] = r  # a later part's row of a problem replaces an earlier's
+            # a later part's row of a problem replaces an earlier's, once it has a verdict
+            # (a call cut short lists the problems it never reached, without one)
+            if "ok" in r or r["problem"] not in rows:
+                rows[r["problem"]] = r
     out.mkdir(parents=True, exist_ok=True)
     print(write(out, dict(meta, date="; ".join(dates), merged=[Path(p).name for p in paths]),
                 list(rows.values())))

@@ -79,7 +79,9 @@ def test_merge_keeps_the_latest_row_of_each_problem(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps({"meta": meta, "rows": [_row(1, False, None, 1.0, 1.0),
                                                     _row(2, True, 1.0, 1.0, 1.0)]}))
-    b.write_text(json.dumps({"meta": meta, "rows": [_row(1, True, 0.5, 1.0, 1.0)]}))
+    # b, a call cut short, lists problem 2 without having reached it: a row with no verdict
+    b.write_text(json.dumps({"meta": meta, "rows": [_row(1, True, 0.5, 1.0, 1.0),
+                                                    {"problem": 2, "family": "matmul"}]}))
     assert kernelbench.merge([str(a), str(b)], tmp_path / "out") == 0
     merged = json.loads((tmp_path / "out" / "kernelbench.json").read_text())
     assert {r["problem"]: r["ok"] for r in merged["rows"]} == {1: True, 2: True}
