@@ -153,6 +153,9 @@ STAGED_OPS = {"conv1d": None, "conv2d_grouped_bias": dict(B=2, CI=6, CO=9, G=3, 
               "conv_transposed1d": None, "matmul": None,
               "conv_pad_one": dict(CI=5, CO=7, L=19, KW=3, P=2, LO=21)}
 TMA_OPS = ("matmul", "matmul_bias_relu", "partial_nt")  # plain 2-D factors, dims M, N, K
+ALIGNED_OPS = {"matmul": dict(M=37, N=19, K=45), "bmm_nt_gate": dict(Z=2, M=17, N=19, K=45),
+               "partial_nt": dict(M=17, N=19, K=45),
+               "conv2d_grouped_bias": dict(B=2, CI=6, CO=9, G=3, H=7, W=9, K=3, S=2, P=1, D=1)}
 SPLIT_OPS = {"matmul": dict(M=37, N=19, K=45), "matmul_bias_relu": dict(M=37, N=19, K=45),
              "vecmat_mean": dict(N=19, K=45), "bmm_nt_gate": dict(Z=2, M=17, N=19, K=45),
              "partial_nt": dict(M=17, N=19, K=45)}
@@ -315,6 +318,7 @@ def test_im2col_unfolds_a_window_read_affinely_and_nothing_else():
 
 
 @pytest.mark.parametrize("genes", [{"IM2COL": 1}, {"STAGE": 1, "K_SCALAR": 2},
+                                   {"STAGE": 1, "K_SCALAR": 2, "ALIGN": 1},
                                    {"IM2COL": 1, "SWAP": 1, "FLATTEN": 0}])
 def test_layout_copies_pass_the_evaluators_guards(genes):
     # the launcher's copies are candidate code like any other: plumbing only, no torch compute
@@ -451,6 +455,21 @@ def interp_jobs() -> list[dict]:
             for dt in ("f32", "f16"):
                 jobs.append(dict(op=name, label="split", genome=g, sizes=sizes, dtype=dt,
                                  seed=len(jobs)))
+        if name in ALIGNED_OPS:
+            # rows read through a length the launcher rounds up to 16 elements (K = 45: a
+            # zero-filled copy), staged or as they lie, with TMA where it applies, a batch,
+            # strided inputs and the reduction split
+            k_scalar = max(next((g.values for g in td.genes(op, "cuda")
+                                 if g.name == "K_SCALAR"), (0,)))  # the channel on K
+            g = dict(td.defaults(op, "cuda"), ALIGN=1, STAGE=1, K_SCALAR=k_scalar,
+                     BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+            sizes = ALIGNED_OPS[name]
+            for dt in ("f32", "f16"):
+                jobs.append(dict(op=name, label="align", genome=g, sizes=sizes, dtype=dt,
+                                 seed=len(jobs)))
+            jobs.append(dict(op=name, label="align", genome=dict(g, STAGE=0, TMA=1,
+                             SPLIT_K=2), sizes=sizes, dtype="f32", seed=len(jobs),
+                             strided=True))
         if name in TMA_OPS:
             # the TMA gene: rows of 16-byte multiples (descriptors) with M, N and K tails,
             # and a K whose f32 rows are not (the pointer loads again); partial_nt reads B

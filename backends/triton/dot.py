@@ -96,6 +96,11 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
                         "into the permutation that puts it there (channels-last for a "
                         "convolution): K-major tiles, vector loads, the layout Hopper's TF32 "
                         "MMAs read; 0: every factor read where it lies"))
+    if _alignable(op, plan):
+        out.append(Gene("ALIGN", (0, 1), doc="1: a factor whose K lanes walk its rows reads "
+                        "them through a row length the launcher makes a whole number of 16 "
+                        "elements (a zero-filled copy, in the timed call, where it is not): "
+                        "16-byte loads and the copy engine for odd K; 0: rows as they lie"))
     if _splittable(plan):
         out.append(Gene("SPLIT_K", SPLITS, ordered=True, doc="programs a tile's reduction "
                         "is split across (float32 partial sums, added up by a second "
@@ -130,6 +135,13 @@ def _pays_for_copies(op: ir.Op, plan: Contraction, orders, sizes) -> bool:
                 n *= 1024
         moved += 2 * n * 4  # f32, read and written
     return flops >= STAGE_FLOPS_PER_BYTE * moved
+
+
+def _alignable(op: ir.Op, plan: Contraction) -> bool:
+    """Does some factor, as it lies or staged, walk its rows with the K lanes?"""
+    k_inner = k_split(plan, 0)[1]
+    staged = dot_staging.staged_op(op, dot_staging.permutations(op, plan, k_inner))
+    return bool(dot_staging.k_major_factors(staged, _plan(staged), k_inner))
 
 
 def _splittable(plan: Contraction) -> bool:
@@ -257,6 +269,11 @@ def defaults(op: ir.Op, device: str) -> Genome:
         g["BLOCK_K"] = min(g["BLOCK_K"], 32)
         if g["BLOCK_M"] * g["BLOCK_N"] >= 64 * 128 or max(g["BLOCK_M"], g["BLOCK_N"]) >= 128:
             g["num_warps"] = 8
+    if _alignable(op, plan):
+        # rows of an odd length read one element at a time (H200, KernelBench 08: K = 2949,
+        # 15.2 ms against torch's 6.5); only where the product is on f32's tensor cores and
+        # its window-free (the convolutions' channels were timed as they lie)
+        g["ALIGN"] = int(f32_cores and not windows)
     if _splittable(plan):
         # a tile's reduction split where the tiles alone would leave most of the device
         # idle (a 256x256 output over K = 2**19 is four 128x128 tiles)
@@ -284,14 +301,18 @@ def render(op: ir.Op, genome: Genome) -> str:
         unfolded = dot_im2col.unfolded_op(split.op, unfold)
         plan = oriented(analyze(unfolded), full)
         return render_module(unfolded, plan, full, split.exact, {}, unfold)
-    orders = {}
+    orders, rows = {}, {}
+    k_inner = k_split(plan, int(full.get("K_SCALAR", 0)))[1]
     if full.get("STAGE"):
-        orders = dot_staging.permutations(op, plan,
-                                          k_split(plan, int(full.get("K_SCALAR", 0)))[1])
+        orders = dot_staging.permutations(op, plan, k_inner)
         op = dot_staging.staged_op(op, orders)
         plan = oriented(_plan(op), full)
         split = split_groups(op, proven=True)
-    return render_module(split.op, plan, full, split.exact, orders)
+    if full.get("ALIGN"):
+        op, rows = dot_staging.aligned_op(op, dot_staging.k_major_factors(op, plan, k_inner))
+        plan = oriented(_plan(op), full)
+        split = split_groups(op, proven=True)
+    return render_module(split.op, plan, full, split.exact, orders, rows=rows)
 
 
 def _swappable(plan: Contraction) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from kdsl import ir
 
 from kdsl.backends.triton import dot_im2col, dot_phases
+from kdsl.backends.triton.dot_staging import row_dim
 from kdsl.backends.triton.dot_expr import HELPERS, Run, TileScope, broadcast_kind, join_by_kind
 from kdsl.backends.triton.dot_plan import Axis, Contraction
 
@@ -95,19 +96,21 @@ def tensors(plan: Contraction) -> list[str]:
 
 
 def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=(), staged=None,
-                  unfold=None) -> str:
+                  unfold=None, rows=None) -> str:
     """The module; ``exact``: (extent, block) pairs of output axes viewed split in two
     (``lower.groups``), which the launcher checks divide before it trusts the view;
     ``staged``: {input: the permutation of its axes the launcher copies it into}, which
     ``op`` already reads (``dot_staging``); ``unfold``: the windowed factor the launcher
-    unfolds (``dot_im2col``), which ``op`` already reads unfolded."""
+    unfolds (``dot_im2col``), which ``op`` already reads unfolded; ``rows``: {input: its rows'
+    own length} for those the launcher aligns (``dot_staging.aligned_op``), which ``op``
+    already reads so."""
     batch, m, n = split_axes(plan, bool(genome.get("FLATTEN", 1)))
     name = "kdsl_" + "".join(c if c.isalnum() else "_" for c in op.name)
     helpers: set[str] = set()
     tma = tma_layout(plan)
     k_outer, k_inner = k_split(plan, int(genome.get("K_SCALAR", 0)))
     phases = dot_phases.find(plan, batch, m, n, k_outer) if genome.get("PHASES", 1) else []
-    split = int(genome.get("SPLIT_K", 1)) > 1 and splittable(plan, k_outer)
+    split = int(genome.get("SPLIT_K", 1)) > 1 and splittable(plan, k_outer) and not phases
     body = _kernel_body(op, plan, batch, m, n, helpers, tma, genome.get("F32_DOT", "ieee"),
                         k_outer, k_inner, phases, split)
     ptrs = [f"t_{t}" for t in tensors(plan)] + (["t_ws"] if split else []) + \
@@ -127,7 +130,7 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=(), staged=N
     if unfolding[0]:
         parts.append(unfolding[0])
     parts.append(_launcher(op, plan, batch, m, n, name, genome, tma, exact, k_outer, k_inner,
-                           phases, staged or {}, unfolding[1], split))
+                           phases, staged or {}, unfolding[1], split, rows or {}))
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
@@ -459,7 +462,7 @@ def _product(axes) -> str:
 
 def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=None,
               exact=(), k_outer=(), k_inner=None, phases=(), staged=None,
-              unfolding: str = "", split: bool = False) -> str:
+              unfolding: str = "", split: bool = False, rows=None) -> str:
     names = tensors(plan)
     ins = [t for t in names if t != plan.target]
     a, b = plan.a.tensor, plan.b.tensor
@@ -479,6 +482,12 @@ def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=N
     launch = (_SPLIT_LAUNCH if split else _LAUNCH).format(name=name, args=args)
     return _LAUNCHER.format(
         launch=launch, split_cfg=_SPLIT_CFG if split else "",
+        aligned=_ALIGNED.format(rows=", ".join(f'"{t}": "{row_dim(t)}"' for t in rows))
+        if rows else "",
+        row_dims=_ROW_DIMS.format(rows="".join(
+            f'    sizes["{row_dim(t)}"] = -(-max({_host(ext)}, 1) // 16) * 16\n'
+            for t, ext in rows.items())) if rows else "",
+        row_sizes="    sizes = _row_dims(sizes)\n" if rows else "",
         genome=gen, name=name, dims=", ".join(f'"{d}"' for d in op.dims),
         n_b=_product(batch), n_m=_product(m), n_n=_product(n),
         n_k=_product(plan.k if k_inner is None else k_inner), n_t=_product(k_outer),
@@ -530,7 +539,7 @@ STAGED = {{{staged}}}
 
 def _pow2(n):
     return 1 << max(int(n) - 1, 0).bit_length()
-
+{row_dims}
 
 def fit(n_m, n_n, n_k, itemsize, smem):
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_stages): the genome clamped to the problem and device."""
@@ -561,7 +570,7 @@ def fit(n_m, n_n, n_k, itemsize, smem):
 
 def configure(sizes, itemsize, smem=SMEM_DEFAULT, idx64=False, ieee=False):
     """The launch for ``sizes``: grid, scalar arguments, constexprs and options; None if empty."""
-    n_b, n_m, n_n, n_k, n_t = {n_b}, {n_m}, {n_n}, {n_k}, {n_t}
+{row_sizes}    n_b, n_m, n_n, n_k, n_t = {n_b}, {n_m}, {n_n}, {n_k}, {n_t}
     if n_b <= 0 or n_m <= 0 or n_n <= 0:
         return None
     bm, bn, bk, stages = fit(n_m, n_n, n_k, itemsize, smem)
@@ -587,7 +596,7 @@ def _smem(device):
 def kernel(inputs, outputs, sizes):
 {exact}    t = {{name: (inputs[name].permute(STAGED[name]) if name in STAGED else inputs[name])
          .contiguous() for name in ({ins},)}}
-{cast}    out = outputs["{target}"]
+{aligned}{cast}    out = outputs["{target}"]
     dst = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     big = max([x.numel() for x in t.values()]
               + [dst.numel() * GENOME.get("SPLIT_K", 1)]) >= INDEX64_FROM
@@ -599,6 +608,27 @@ def kernel(inputs, outputs, sizes):
 {descs}{launch}    if dst is not out:
         out.copy_(dst)
 '''
+
+# factors whose rows are read through a dim of their own (``dot_staging.aligned_op``): a
+# zero-filled copy where a row is not a whole number of 16 elements
+_ALIGNED = """    sizes = _row_dims(sizes)
+    for name, row in {{{rows}}}.items():
+        n = t[name].shape[-1]
+        if n != sizes[row]:
+            x = torch.zeros(tuple(t[name].shape[:-1]) + (sizes[row],), dtype=t[name].dtype,
+                            device=t[name].device)
+            x[..., :n] = t[name]
+            t[name] = x
+"""
+
+# the aligned factors' row lengths: their own, rounded up to a whole number of 16 elements
+# (at least one row of 16 where a factor is empty)
+_ROW_DIMS = """
+
+def _row_dims(sizes):
+    sizes = dict(sizes)
+{rows}    return sizes
+"""
 
 _LAUNCH = """        {name}[cfg["grid"]]({args}, *[v for _, v in cfg["scalars"]], **cfg["constexprs"],
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])

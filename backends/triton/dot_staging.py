@@ -66,6 +66,49 @@ def k_major(op: ir.Op, plan: Contraction, k_inner: list[Axis], staged: bool) -> 
     return True
 
 
+def row_dim(tensor: str) -> str:
+    """The dim an aligned factor's rows span (``aligned_op``): set by the launcher."""
+    return f"ROW_{tensor}"
+
+
+def k_major_factors(op: ir.Op, plan: Contraction, k_inner: list[Axis]) -> list[str]:
+    """The factors (inputs) whose innermost subscript is the K lane: their rows are what a
+    tile's K lanes walk, and worth aligning (``aligned_op``). Not a tensor read anywhere
+    with a pad value: its bounds checks read its shape, and the copy's padding is zeros."""
+    if not k_inner or plan.pairs:
+        return []
+    padded = {n.tensor for st in op.statements for n in ir.walk(st.value)
+              if isinstance(n, ir.Access) and n.pad is not None}
+    lane = k_inner[-1].name
+    others = {ax.name for ax in plan.m + plan.n + tuple(k_inner[:-1])}
+    out = []
+    for f in (plan.a, plan.b):
+        if f.tensor == plan.target or f.tensor in out or f.tensor in padded or \
+                op.tensor(f.tensor).role != "in":
+            continue
+        if _lane_subscript(f, lane, others) == len(f.subscripts) - 1:
+            out.append(f.tensor)
+    return out
+
+
+def aligned_op(op: ir.Op, names: list[str]) -> tuple[ir.Op, dict[str, ir.Expr]]:
+    """``op`` with each named tensor's rows spanning a dim of their own (``row_dim``), which
+    the launcher sets to the row length of the copy it hands the kernel: the tensor's own
+    where that is a whole number of 16 elements, else rounded up, the copy zero-filled.
+    Triton knows an integer argument divisible by 16 to be so, and a row stride so known
+    lets a tile load 16 bytes at a time and the copy engine take the tensor; a GEMM over
+    K = 2949 (KernelBench 08) read its rows one element at a time. Only the addresses
+    change: every range is the sums' and the output's, never a factor's shape. Returns the
+    op and {tensor: its rows' own length}."""
+    rows = {n: op.tensor(n).shape[-1] for n in names if op.tensor(n).shape}
+    if not rows:
+        return op, {}
+    tensors = tuple(dataclasses.replace(t, shape=t.shape[:-1] + (ir.Name(row_dim(t.name)),))
+                    if t.name in rows else t for t in op.tensors)
+    return dataclasses.replace(op, tensors=tensors,
+                               dims=op.dims + tuple(row_dim(n) for n in rows)), rows
+
+
 def _lane_subscript(f: ir.Access, lane: str, others: set[str]) -> int | None:
     """The position of the subscript that is ``lane`` plus terms free of tiled indices."""
     for p, s in enumerate(f.subscripts):
