@@ -86,9 +86,12 @@ def test_an_honest_slow_kernel_is_timed_as_it_is(results):
     assert r.ok, r.message
     assert honest_ms(r) and r.time_ms < WORK_S * 1e3 * 3
     # its own timer stands, give or take the steps: a step's calls share its wall, so the
-    # faster of two calls may be raised toward the slower one
+    # faster of two calls may be raised toward the slower one (on a loaded host a sleep
+    # overshoots: 30.3 and 33.7 ms in one step gave both about 32)
     claimed = r.artifacts.get("claimed_ms") or r.artifacts["timings_ms"]
-    assert r.time_ms <= statistics.median(claimed) * 1.05, r.artifacts
+    k = r.artifacts["calls_a_step"]
+    steps = [statistics.mean(claimed[i:i + k]) for i in range(0, len(claimed), k)]
+    assert r.time_ms <= statistics.median(steps) * 1.05, r.artifacts
     assert 0 < r.artifacts["step_trip_ms"] < 20
 
 
