@@ -12,6 +12,9 @@ def test_only_a_gpus_timed_requests_are_polled_for():
     assert not spin.polls("cpu", ("steps", [0, 1]))  # the candidate's cores: left to it
     assert not spin.polls("cuda", ("load", "triton", None, "", "cuda"))  # a compile
     assert not spin.polls("cuda", None)
+    # the candidate also polls after the inputs are mapped: the first timed step follows
+    assert spin.polls_after("cuda", ("sets", [], {})) and not spin.polls("cuda", ("sets",))
+    assert not spin.polls_after("cuda", ("load", "triton", None, "", "cuda"))
 
 
 def test_the_judges_wait_ends_when_the_reply_is_there():

@@ -117,7 +117,7 @@ def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=(), staged=N
         (["desc_a", "desc_b"] if tma else [])
     dims = [f"d_{d}" for d in op.dims]
     params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k", "n_t", "ph_t"] + (
-        ["k_chunk", "n_split"] if split else []) + [
+        ["k_chunk", "n_split", "ws_stride"] if split else []) + [
         f"{c}: tl.constexpr" for c in
         ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "IDX64", "IEEE", "SHARE",
          "F32_PREC")
@@ -192,11 +192,19 @@ def splittable(plan: Contraction, k_outer) -> bool:
 
 # split-K: each of n_split programs of a tile reduces one chunk of K into a float32
 # partial (PARTIAL), and a second launch of the same kernel sums them and runs the
-# epilogue (COMBINE): the epilogue may be any function of the whole sum
-_SPLIT_AT = "ws_at = (pid_b * n_m + flat_m[:, None]) * n_n + flat_n[None, :]"
+# epilogue (COMBINE): the epilogue may be any function of the whole sum. The workspace is
+# n_split planes of ws_stride (the output's extent) elements; its offsets are int64 where
+# the launcher says IDX64 (pid_b and the lanes already are), and COMBINE walks the planes
+# by pointer, so no product of a plane's index and its size is taken in int32
+_SPLIT_AT = ["pid_s = tl.program_id(1)",
+             "if IDX64:",
+             "    pid_s = pid_s.to(tl.int64)",
+             "ws_at = (pid_b * n_m + flat_m[:, None]) * n_n + flat_n[None, :]"]
 _SPLIT_COMBINE = ["if COMBINE:",
+                  "    ws_ptr = t_ws + ws_at",
                   "    for s in range(0, n_split):",
-                  "        acc += tl.load(t_ws + s * (n_b * n_m * n_n) + ws_at)",
+                  "        acc += tl.load(ws_ptr)",
+                  "        ws_ptr += ws_stride",
                   "else:"]
 
 
@@ -235,10 +243,10 @@ def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
     tail = _epilogue(plan, m, n, out)
     if not split:
         return body + loop + tail
-    return body + ["pid_s = tl.program_id(1)", _SPLIT_AT] + loop[:1] + _SPLIT_COMBINE + [
+    return body + _SPLIT_AT + loop[:1] + _SPLIT_COMBINE + [
         "    " + ln for ln in loop[1:]] + [
         "if PARTIAL:",
-        "    tl.store(t_ws + pid_s * (n_b * n_m * n_n) + ws_at, acc,",
+        "    tl.store(t_ws + pid_s * ws_stride + ws_at, acc,",
         "             mask=ok_m[:, None] & ok_n[None, :])",
         "else:"] + ["    " + ln for ln in tail]
 
@@ -532,6 +540,7 @@ SMEM_DEFAULT = 232448  # H100/H200 opt-in shared memory a block; the interpreter
 F32_PREC = "{f32}"  # how f32 operands multiply in tl.dot
 INTERPRETED_PRECS = ("ieee", "tf32", "tf32x3")  # what the Triton interpreter accepts
 INDEX64_FROM = 2 ** 31  # elements: a tensor this big gets int64 offsets
+WORKSPACE_BYTES = 1 << 30  # at most, for a split reduction's partial sums
 DIMS = ({dims},)
 # inputs copied, each call, into this order of their axes: the layout the kernel reads
 STAGED = {{{staged}}}
@@ -634,12 +643,14 @@ _LAUNCH = """        {name}[cfg["grid"]]({args}, *[v for _, v in cfg["scalars"]]
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 """
 
-# K split in chunks of whole blocks: at most SPLIT_K of them, none empty
-_SPLIT_CFG = """    n_split = max(1, min(GENOME["SPLIT_K"], triton.cdiv(max(n_k, 1), bk)))
+# K split in chunks of whole blocks: at most SPLIT_K of them, none empty, their float32
+# partials within WORKSPACE_BYTES (a split pays for small outputs; a large one has tiles)
+_SPLIT_CFG = """    n_split = max(1, min(GENOME["SPLIT_K"], triton.cdiv(max(n_k, 1), bk),
+                         WORKSPACE_BYTES // max(4 * n_b * n_m * n_n, 1)))
     k_chunk = triton.cdiv(triton.cdiv(max(n_k, 1), n_split), bk) * bk
     n_split = triton.cdiv(max(n_k, 1), k_chunk)
     grid = grid + (n_split,)
-    scalars += [("k_chunk", k_chunk), ("n_split", n_split)]
+    scalars += [("k_chunk", k_chunk), ("n_split", n_split), ("ws_stride", n_b * n_m * n_n)]
     constexprs.update(PARTIAL=n_split > 1, COMBINE=False)
 """
 

@@ -83,7 +83,7 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
     _warm(device, torch)
     conn.send(("ready", os.getpid(), confinement))
     host = _Host(device)
-    polled = False  # the last request was timed: the next is polled for (``spin``)
+    polled = False  # the next request is timed: it is polled for (``spin``)
     while True:
         try:
             if polled:
@@ -93,7 +93,7 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
             return
         if message is None:
             return
-        polled = spin.polls(device, message)
+        polled = spin.polls_after(device, message)
         try:
             reply = host.handle(message)
         except _Tampered as e:

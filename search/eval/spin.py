@@ -25,14 +25,22 @@ import os
 import time
 
 TIMED = ("steps", "probe")   # the requests whose round trips are on the judge's clock
+BEFORE_TIMED = TIMED + ("sets",)  # and those a timed request follows (the inputs mapped)
 JUDGE_S = 0.25               # of wall time, then the blocking read
 CANDIDATE_CPU_S = 0.02       # of the polling thread's own CPU time, then the blocking read
 
 
-def polls(device: str, message) -> bool:
-    """Is ``message`` a timed request on a device whose calls leave the host idle?"""
+def polls(device: str, message, kinds=TIMED) -> bool:
+    """Is ``message`` one of ``kinds`` (a timed request: the judge polls for its reply) on a
+    device whose calls leave the host idle?"""
     return device == "cuda" and os.environ.get("KDSL_POLL", "1") != "0" and \
-        isinstance(message, tuple) and bool(message) and message[0] in TIMED
+        isinstance(message, tuple) and bool(message) and message[0] in kinds
+
+
+def polls_after(device: str, message) -> bool:
+    """Does the candidate poll for the request after ``message``: a timed one, or the
+    mapping of the inputs that the first timed step follows?"""
+    return polls(device, message, BEFORE_TIMED)
 
 
 def judge_wait(conn) -> None:
