@@ -112,15 +112,15 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
     return out
 
 
-# multiply-adds (two flops) of the product per byte the staging copies move (each element
-# read and written once), below which the copies are not worth making. The H200's f32
-# GEMMs as tf32x3 ran at about 90 TFLOP/s, its copies at about 4 TB/s: a copy moving a
-# byte costs what about 22 flops do, and reading a factor N-major doubled the product's
-# time. So a copy pays where it moves fewer bytes than the product has flops / 48, with
-# room to spare (KernelBench, staged: 4096^3 GEMMs 1,024 flops a byte, 2.0-2.6x faster; a
-# batched GEMM 128, 1.5x; a pointwise convolution over 4 GB of input, 32, is left as it
-# was, 1.96x torch.compile unstaged on an H100)
-STAGE_FLOPS_PER_BYTE = 48
+# flops of the product per byte the staging copies move (each element read and written
+# once), below which the copies are not made. Reading a factor N-major about doubled an
+# f32 product's time, and a transposing copy costs more than its bytes at the copy rate.
+# On the H200 (KernelBench, f32, 2026-12-05): staged at 128 flops a byte, a batched GEMM
+# went from 7.89 to 5.27 ms; at 64, the partial GEMMs of a K = 2**19 product went from
+# 2.16 to 4.16 ms with their 512 MB factor transposed in the call. So the line is drawn
+# between the two; at 32, a pointwise convolution over a 4 GB input stays as it ran
+# unstaged (1.96x torch.compile on an H100)
+STAGE_FLOPS_PER_BYTE = 96
 
 
 def _pays_for_copies(op: ir.Op, plan: Contraction, orders, sizes) -> bool:
