@@ -127,6 +127,15 @@ def main(argv=None) -> int:
     if missing:
         print(f"step_costs: error: no spec file {missing[0]}", file=sys.stderr)
         return 2
+    from kdsl import spec
+    from kdsl.errors import SpecError
+    for path in args.specs:
+        try:
+            spec.load(path)
+        except SpecError as e:
+            print(f"step_costs: error: {path} does not parse: {e}".splitlines()[0],
+                  file=sys.stderr)
+            return 2
     if args.json:
         Path(args.json).write_text(json.dumps(measure(args.specs, args.device)))
         return 0

@@ -16,6 +16,14 @@ def test_a_missing_spec_is_one_line_and_exit_2(capsys, tmp_path):
     assert "no spec file no.kspec" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_spec_that_does_not_parse_is_one_line_and_exit_2(capsys, tmp_path):
+    bad = tmp_path / "bad.kspec"
+    bad.write_text("op broken\n  dims N\n")
+    assert step_costs.main(["--device", "cpu", "--out", str(tmp_path), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("step_costs: error:") and len(err.strip().splitlines()) == 1, err
+
+
 def test_the_phases_of_every_round_trip_add_up_to_its_wall(tmp_path):
     spec = str(ROOT / "specs" / "kernelbench" / "level1" / "19_relu.kspec")
     assert step_costs.main(["--device", "cpu", "--poll", "off", "--out", str(tmp_path),

@@ -13,8 +13,10 @@ Public surface: ``matches``, ``genes``, ``defaults``, ``render``.
 """
 from __future__ import annotations
 
+import math
+
 from kdsl import ir
-from kdsl.sizes import evaluate
+from kdsl.sizes import evaluate, shape_of
 
 from kdsl.backends.base import Gene, Genome, Unsupported
 from kdsl.backends.lower.groups import split_groups
@@ -125,15 +127,7 @@ STAGE_FLOPS_PER_BYTE = 96
 
 def _pays_for_copies(op: ir.Op, plan: Contraction, orders, sizes) -> bool:
     flops = 2 * _extent(plan.batch + plan.m + plan.n + plan.k, sizes)
-    moved = 0
-    for name in orders:
-        n = 1
-        for e in op.tensor(name).shape:
-            try:
-                n *= max(evaluate(e, sizes), 0)
-            except Exception:
-                n *= 1024
-        moved += 2 * n * 4  # f32, read and written
+    moved = sum(2 * 4 * math.prod(shape_of(op, name, sizes)) for name in orders)  # f32, r+w
     return flops >= STAGE_FLOPS_PER_BYTE * moved
 
 
@@ -276,7 +270,8 @@ def defaults(op: ir.Op, device: str) -> Genome:
         g["ALIGN"] = int(f32_cores and not windows)
     if _splittable(plan):
         # a tile's reduction split where the tiles alone would leave most of the device
-        # idle (a 256x256 output over K = 2**19 is four 128x128 tiles)
+        # idle (a 512x512 output over K = 16384 is sixteen 128x128 tiles; longer sums are
+        # cut in chunks by the lowering first, ``lower.partials.split_long``)
         tiles = _extent(batch, sizes) * -(-M // g["BLOCK_M"]) * -(-N // g["BLOCK_N"])
         g["SPLIT_K"] = _split(tiles, -(-K // g["BLOCK_K"]))
     if "F32_DOT" in g and _bench_dtype(op, device) == "f32":

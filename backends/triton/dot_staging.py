@@ -33,8 +33,7 @@ def permutations(op: ir.Op, plan: Contraction, k_inner: list[Axis]
     for a subscript followed only by axes of extent 1 (already innermost in memory)."""
     if not k_inner or plan.pairs:
         return {}
-    lane = k_inner[-1].name
-    others = {ax.name for ax in plan.m + plan.n + tuple(k_inner[:-1])}
+    lane, others = _lane(plan, k_inner)
     out: dict[str, tuple[int, ...]] = {}
     for f in (plan.a, plan.b):
         if f.tensor == plan.target:
@@ -54,8 +53,7 @@ def k_major(op: ir.Op, plan: Contraction, k_inner: list[Axis], staged: bool) -> 
     ``permutations`` has moved it there?"""
     if not k_inner or plan.pairs:
         return False
-    lane = k_inner[-1].name
-    others = {ax.name for ax in plan.m + plan.n + tuple(k_inner[:-1])}
+    lane, others = _lane(plan, k_inner)
     moved = permutations(op, plan, k_inner) if staged else {}
     for f in (plan.a, plan.b):
         if f.tensor == plan.target or f.tensor in moved:
@@ -79,8 +77,7 @@ def k_major_factors(op: ir.Op, plan: Contraction, k_inner: list[Axis]) -> list[s
         return []
     padded = {n.tensor for st in op.statements for n in ir.walk(st.value)
               if isinstance(n, ir.Access) and n.pad is not None}
-    lane = k_inner[-1].name
-    others = {ax.name for ax in plan.m + plan.n + tuple(k_inner[:-1])}
+    lane, others = _lane(plan, k_inner)
     out = []
     for f in (plan.a, plan.b):
         if f.tensor == plan.target or f.tensor in out or f.tensor in padded or \
@@ -107,6 +104,11 @@ def aligned_op(op: ir.Op, names: list[str]) -> tuple[ir.Op, dict[str, ir.Expr]]:
                     if t.name in rows else t for t in op.tensors)
     return dataclasses.replace(op, tensors=tensors,
                                dims=op.dims + tuple(row_dim(n) for n in rows)), rows
+
+
+def _lane(plan: Contraction, k_inner: list[Axis]) -> tuple[str, set[str]]:
+    """(the K lane: the innermost tiled reduction index, the other tiled indices)."""
+    return k_inner[-1].name, {ax.name for ax in plan.m + plan.n + tuple(k_inner[:-1])}
 
 
 def _lane_subscript(f: ir.Access, lane: str, others: set[str]) -> int | None:
