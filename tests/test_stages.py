@@ -287,6 +287,39 @@ def test_a_long_single_index_reduction_to_few_outputs_is_cut_in_chunks():
     assert defaults["s0.BLOCK_R"] == 1 and defaults["s0.BLOCK_C"] == 1024  # along the chunk
 
 
+def test_chunks_are_sized_for_the_device_and_each_gets_a_program():
+    """A mean over 32768 per-row losses: chunks of 32768 / 1024 rows, at least 256, so
+    128 of them (not 4 of 8192), and the stage that sums them gives each row of chunks a
+    program of its own rather than one program walking all of them."""
+    from kdsl.backends.lower.partials import CHUNK, SHORTEST_CHUNK, chunk_length
+    from kdsl.backends.triton.dot import SMS
+    assert chunk_length(32768, 1024) == SHORTEST_CHUNK == 256
+    assert chunk_length(1 << 20, 1024) == 1024
+    assert chunk_length(1 << 30, 1024) == CHUNK
+    op = _op("""
+        op nll
+          dims B, C
+          in  x: f32 [B, C]
+          in  t: i64 [B] in 0..C
+          out loss: f32 []
+          loss[] = mean(i) (log(sum(j) exp(x[i, j])) - x[i, t[i]])
+          baseline F.cross_entropy(x, t)
+          tolerance f32(rtol=1e-5, atol=1e-5)
+          test  B in 1..300, C in 1..50
+          bench B=32768, C=4096, dtype=f32
+    """)
+    lowered = tb._lowered(op)
+    part = next(st for stage in lowered.stages for st in stage.statements
+                if st.target.endswith("_part"))
+    (r,) = part.value.indices
+    assert r.hi.args[0].right == ir.Num(256)  # min(s * 256 + 256, B)
+    defaults = get("triton").space(op, "cuda").default()
+    stage = lowered.stages.index(next(s for s in lowered.stages
+                                      if part in s.statements))
+    rows = 32768 // 256
+    assert rows // defaults[f"s{stage}.BLOCK_R"] >= min(rows, SMS)
+
+
 def test_reductions_of_one_row_that_feed_each_other_share_a_stage():
     """A log-sum-exp averaged over the batch: the row maximum and the sum of exponentials
     are one stage (one pass over the logits), the batch mean another."""

@@ -30,6 +30,10 @@ PEELABLE = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "prod": "p
 # over K = 1,048,576 was wrong at the bench point in f32 with one accumulator)
 LONG_RATIO = 64
 CHUNK = 8192
+# a long reduction to a few values is cut in chunks of its length over the programs the
+# device wants, within these bounds: one program walking a 32768-row mean in 4 chunks of
+# 8192 was a loss's slowest stage, a row at a time with a gather each
+SHORTEST_CHUNK = 256
 
 
 def split_long(st: ir.Statement, tensors, bench, op) -> list[ir.Statement] | None:
@@ -72,12 +76,19 @@ def split_long(st: ir.Statement, tensors, bench, op) -> list[ir.Statement] | Non
     return [partial, dataclasses.replace(st, value=combine)]
 
 
+def chunk_length(length: int, min_programs: int) -> int:
+    """The chunk of a ``length``-long reduction cut for ``min_programs`` programs: a power
+    of two from SHORTEST_CHUNK to CHUNK."""
+    want = -(-length // max(min_programs, 1))
+    return min(CHUNK, max(SHORTEST_CHUNK, 1 << (want - 1).bit_length()))
+
+
 def chunked(st: ir.Statement, tensors, bench, min_programs) -> list[ir.Statement] | None:
     """[partials, their combination] of a reduction over one long index whose outputs are
     too few to fill the device (a sum of a vector to a scalar would be one program): the
-    index's range cut in chunks, partial[s, F] over k in s * CHUNK .. min(s * CHUNK +
-    CHUNK, K), then the partials combined (a mean as a sum of partial sums over K).
-    None where that does not apply."""
+    index's range cut in chunks of L (``chunk_length``), partial[s, F] over k in s * L ..
+    min(s * L + L, K), then the partials combined (a mean as a sum of partial sums over
+    K). None where that does not apply."""
     red = st.value
     if red.op not in PEELABLE or len(red.indices) != 1 or not bench:
         return None
@@ -87,10 +98,11 @@ def chunked(st: ir.Statement, tensors, bench, min_programs) -> list[ir.Statement
     points = size_at(tensors[st.target].shape, bench)
     if length is None or points is None or points >= min_programs or length < 4 * CHUNK:
         return None
+    size = chunk_length(length, min_programs)
     s = f"{r.name}_chunk"
-    chunks = ir.Binary("//", ir.Binary("+", span, ir.Num(CHUNK - 1)), ir.Num(CHUNK))
-    start = ir.Binary("*", ir.Name(s), ir.Num(CHUNK))
-    stop = ir.Call("min", (ir.Binary("+", start, ir.Num(CHUNK)), span))
+    chunks = ir.Binary("//", ir.Binary("+", span, ir.Num(size - 1)), ir.Num(size))
+    start = ir.Binary("*", ir.Name(s), ir.Num(size))
+    stop = ir.Call("min", (ir.Binary("+", start, ir.Num(size)), span))
     whole = "sum" if red.op == "mean" else red.op
     name = f"{st.target}_part"
     tensors[name] = ir.Tensor(name, "tmp", ("f32",), None, (chunks,) + tensors[st.target].shape)

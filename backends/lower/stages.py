@@ -121,8 +121,9 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
     materialized = {st.target for st in produced}
     defs = {st.target: st for st in statements}
     outputs = [t.name for t in op.outputs]
-    scratch = {name: dataclasses.replace(tensors[name], role="tmp")
-               for name in materialized if name not in outputs}
+    # in the order computed, not a set's: the rendered source is the same in every process
+    scratch = {st.target: dataclasses.replace(tensors[st.target], role="tmp")
+               for st in produced if st.target not in outputs}
 
     stages = []
     for group in groups:

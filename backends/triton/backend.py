@@ -34,6 +34,7 @@ from kdsl.backends.triton import staged
 from kdsl.backends.triton import rows as triton_rows
 from kdsl.backends.triton import sort as triton_sort
 from kdsl.backends.triton import window_nd
+from kdsl.backends.triton.dot import SMS
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4)
@@ -565,6 +566,13 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
             d["reduce"] = "cached"
         wide = plan.inner is None
         d["BLOCK_R"] = _pick(ROWS, min(_np2(rows), 256 if wide else 32))
+        others = 1
+        for _, extent in plan.scalar_axes:
+            others *= _extent((ir.Num(0), extent), bench)
+        if others * -(-rows // d["BLOCK_R"]) < SMS:
+            # too few programs for the device (a loss's per-row terms summed in 128 chunks
+            # of 256 rows): one row a program, not one program of one warp walking them all
+            d["BLOCK_R"] = _pick(ROWS, max(1, rows * others // SMS))
         d["BLOCK_C"] = _pick(COLS, max(1, min(_np2(cols), (4096 if wide else 1024)
                                               // d["BLOCK_R"])))
         d["num_warps"] = _pick(WARPS, max(1, d["BLOCK_R"] // 128)) if wide else 1
