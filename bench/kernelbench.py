@@ -109,6 +109,19 @@ def host_bytes(op, sizes: dict, dtype: str) -> int:
     return 3 * allocated_bytes(op, sizes, dtype) + (1 << 30)
 
 
+def device_bytes(op, sizes: dict, dtype: str) -> int:
+    """What one worker holds on the GPU for a problem while it is timed: one input set
+    SET_COPIES times over and the float64 oracle beside it (``timing.input_sets``)."""
+    from kdsl.search.eval.floor import allocated_bytes
+    from kdsl.search.eval.timing import SET_COPIES
+    return (SET_COPIES + 2) * allocated_bytes(op, sizes, dtype)
+
+
+def out_of_memory(row: dict) -> bool:
+    """Whether a problem failed for want of the device's memory (beside other workers)."""
+    return row.get("ok") is False and "out of memory" in (row.get("message") or "").lower()
+
+
 def kernelbench_check(kb_dir: Path, level: int, number: int, op, device: str = "cuda") -> dict:
     """Run KernelBench's Model and the spec's baseline on the Model's own inputs."""
     import importlib.util
@@ -296,7 +309,8 @@ def main(argv=None) -> int:
     # as many workers as they fit (instance norm's 7.5 GB input, 8 at a time, was killed)
     big = PoolExecutor(workers=1)
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    futures = {}
+    gpu = device_memory(args.device) if args.device == "cuda" else None
+    futures, jobs = {}, {}
     try:
         for number, path in files:
             row = {"problem": number, "family": family(args.level, number),
@@ -325,37 +339,24 @@ def main(argv=None) -> int:
                               reps=20 if args.device == "cuda" else 5,
                               baseline="compile" if args.device == "cuda" else "eager",
                               also_baselines=("eager",) if args.device == "cuda" else ())
-            heavy = host_bytes(op, sizes, dtype) * args.workers > 0.6 * host
-            futures[(big if heavy else pool).submit(EvalJob(op, cand, full))] = number
-        for fut in as_completed(futures):
-            number = futures[fut]
-            row = rows[number]
+            # (and those whose timed tensors, one worker's each, would not fit the GPU's
+            # memory: 14 activations ran out of an H100's 80 GB at six workers)
+            heavy = host_bytes(op, sizes, dtype) * args.workers > 0.6 * host or \
+                (gpu is not None and device_bytes(op, sizes, dtype) * args.workers > 0.8 * gpu)
+            jobs[number] = EvalJob(op, cand, full)
+            futures[(big if heavy else pool).submit(jobs[number])] = number
+        collect(futures, rows, out, meta, started)
+        # a problem that ran out of the device's memory beside other workers gets one more
+        # evaluation alone, once the others are done (its row says so)
+        again = [n for n in futures.values() if out_of_memory(rows[n])]
+        if again:
+            alone = PoolExecutor(workers=1)
             try:
-                res = fut.result()
-            except Exception as e:
-                res = None
-                row.setdefault("message", f"{type(e).__name__}: {e}"[:200])
-            if res is not None:
-                a = res.artifacts or {}
-                row.update(eager_ms=(a.get("baselines_ms") or {}).get("eager") or (
-                               res.baseline_ms if res.baseline_name == "eager" else None),
-                           timing_phases_s=a.get("timing_phases_s"),
-                           confinement=a.get("confinement"), clock=judge_clock(a),
-                           # where torch's default TF32 failed the spec's tolerance, the
-                           # baselines are timed with it off; its default time stays here
-                           baseline_precision=a.get("baseline_precision"),
-                           compile_default_ms=a.get("baseline_default_ms"))
-                row.update(ok=res.ok, stage=res.stage, kernel_ms=res.time_ms,
-                           compile_ms=res.baseline_ms if res.baseline_name == "torch.compile"
-                           else None, floor_ms=a.get("floor_ms"),
-                           eval_s=round(sum((a.get("stage_s") or {}).values()), 1),
-                           stage_s=a.get("stage_s"),
-                           message="" if res.ok else res.message.splitlines()[0][:200])
-            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            print(json.dumps({k: row.get(k) for k in ("problem", "op", "ok", "kernel_ms",
-                                                      "eager_ms", "compile_ms", "message")}),
-                  flush=True)
-            write(out, dict(meta, date=f"{started} to {now}"), list(rows.values()))
+                for n in again:
+                    rows[n]["alone_after"] = rows[n].pop("message")
+                collect({alone.submit(jobs[n]): n for n in again}, rows, out, meta, started)
+            finally:
+                alone.shutdown()
         if args.budget > 0:
             search_all(args, rows, files, out, pool, meta, started)
         if args.kernelbench:
@@ -370,6 +371,52 @@ def main(argv=None) -> int:
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     print(write(out, dict(meta, date=f"{started} to {now}"), list(rows.values())))
     return 0
+
+
+def device_memory(device: str) -> int | None:
+    """The GPU's memory in bytes (None without one): read in a child process, so that this
+    one never makes a CUDA context the workers' would share the device with."""
+    import subprocess
+    try:
+        got = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda."
+                              "mem_get_info()[1] if torch.cuda.is_available() else 0)"],
+                             capture_output=True, text=True, timeout=120)
+        return int(got.stdout.strip().splitlines()[-1]) or None
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def collect(futures: dict, rows: dict, out: Path, meta: dict, started: str) -> None:
+    """Each finished evaluation into its problem's row, the table written after each."""
+    for fut in as_completed(futures):
+        number = futures[fut]
+        row = rows[number]
+        try:
+            res = fut.result()
+        except Exception as e:
+            res = None
+            row.setdefault("message", f"{type(e).__name__}: {e}"[:200])
+        if res is not None:
+            a = res.artifacts or {}
+            row.update(eager_ms=(a.get("baselines_ms") or {}).get("eager") or (
+                           res.baseline_ms if res.baseline_name == "eager" else None),
+                       timing_phases_s=a.get("timing_phases_s"),
+                       confinement=a.get("confinement"), clock=judge_clock(a),
+                       # where torch's default TF32 failed the spec's tolerance, the
+                       # baselines are timed with it off; its default time stays here
+                       baseline_precision=a.get("baseline_precision"),
+                       compile_default_ms=a.get("baseline_default_ms"))
+            row.update(ok=res.ok, stage=res.stage, kernel_ms=res.time_ms,
+                       compile_ms=res.baseline_ms if res.baseline_name == "torch.compile"
+                       else None, floor_ms=a.get("floor_ms"),
+                       eval_s=round(sum((a.get("stage_s") or {}).values()), 1),
+                       stage_s=a.get("stage_s"),
+                       message="" if res.ok else res.message.splitlines()[0][:200])
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        print(json.dumps({k: row.get(k) for k in ("problem", "op", "ok", "kernel_ms",
+                                                  "eager_ms", "compile_ms", "message")}),
+              flush=True)
+        write(out, dict(meta, date=f"{started} to {now}"), list(rows.values()))
 
 
 def search_all(args, rows, files, out: Path, pool, meta, started) -> None:

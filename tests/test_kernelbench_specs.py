@@ -182,3 +182,50 @@ def test_a_row_whose_baselines_were_held_says_so_in_the_table(tmp_path):
     line = next(ln for ln in table.splitlines() if ln.startswith("| 55 |"))
     assert "baselines TF32 off (compile at torch's default 4.392 ms)" in line
     assert "TF32" not in next(ln for ln in table.splitlines() if ln.startswith("| 56 |"))
+
+
+def test_a_problem_out_of_the_devices_memory_is_evaluated_again_alone(tmp_path, monkeypatch):
+    """Beside other workers a bench point can run out of the GPU's memory (14 activations
+    on an H100 at six workers); such a row gets one more evaluation in a pool of one, after
+    the others, and keeps what the first said. A fake pool stands in for the evaluations:
+    the first of problem 19 runs out of memory, every later one succeeds."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+    pools, calls = [], []
+
+    class Pool:
+        def __init__(self, workers):
+            self.workers = workers
+            pools.append(self)
+
+        def submit(self, job):
+            calls.append((self.workers, job.op.name))
+            first = sum(name == job.op.name for _, name in calls) == 1
+            oom = first and job.op.name.startswith("kb19")
+            fut = Future()
+            fut.set_result(SimpleNamespace(
+                ok=not oom, stage="worker" if oom else "timing", time_ms=None if oom else 1.0,
+                baseline_ms=2.0, baseline_name="eager", artifacts={},
+                message="out of memory in timing: CUDA out of memory" if oom else ""))
+            return fut
+
+        def shutdown(self):
+            pass
+
+    from kdsl.search import executors
+    monkeypatch.setattr(executors, "PoolExecutor", Pool)
+    assert kernelbench.main(["--device", "cpu", "--problems", "19,20", "--workers", "4",
+                             "--out", str(tmp_path)]) == 0
+    rows = {r["problem"]: r for r in json.loads((tmp_path / "kernelbench.json").read_text())["rows"]}
+    assert rows[19]["ok"] and "out of memory" in rows[19]["alone_after"]
+    assert rows[20]["ok"] and "alone_after" not in rows[20]
+    assert calls[-1] == (1, rows[19]["op"]) and len(calls) == 3  # 19 once more, alone
+
+
+def test_device_bytes_counts_a_timed_set_and_the_oracle():
+    op = kspec.load(LEVEL1 / "19_relu.kspec").ops[0]
+    from kdsl.search.eval.floor import allocated_bytes
+    from kdsl.search.eval.timing import SET_COPIES
+    sizes = {"M": 4, "N": 8}
+    assert kernelbench.device_bytes(op, sizes, "f32") == \
+        (SET_COPIES + 2) * allocated_bytes(op, sizes, "f32") == (SET_COPIES + 2) * 256
