@@ -109,14 +109,6 @@ def host_bytes(op, sizes: dict, dtype: str) -> int:
     return 3 * allocated_bytes(op, sizes, dtype) + (1 << 30)
 
 
-def device_bytes(op, sizes: dict, dtype: str) -> int:
-    """What one worker holds on the GPU for a problem while it is timed: one input set
-    SET_COPIES times over and the float64 oracle beside it (``timing.input_sets``)."""
-    from kdsl.search.eval.floor import allocated_bytes
-    from kdsl.search.eval.timing import SET_COPIES
-    return (SET_COPIES + 2) * allocated_bytes(op, sizes, dtype)
-
-
 def out_of_memory(row: dict) -> bool:
     """Whether a problem failed for want of the device's memory (beside other workers)."""
     return row.get("ok") is False and "out of memory" in (row.get("message") or "").lower()
@@ -309,7 +301,6 @@ def main(argv=None) -> int:
     # as many workers as they fit (instance norm's 7.5 GB input, 8 at a time, was killed)
     big = PoolExecutor(workers=1)
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    gpu = device_memory(args.device) if args.device == "cuda" else None
     futures, jobs = {}, {}
     try:
         for number, path in files:
@@ -339,15 +330,15 @@ def main(argv=None) -> int:
                               reps=20 if args.device == "cuda" else 5,
                               baseline="compile" if args.device == "cuda" else "eager",
                               also_baselines=("eager",) if args.device == "cuda" else ())
-            # (and those whose timed tensors, one worker's each, would not fit the GPU's
-            # memory: 14 activations ran out of an H100's 80 GB at six workers)
-            heavy = host_bytes(op, sizes, dtype) * args.workers > 0.6 * host or \
-                (gpu is not None and device_bytes(op, sizes, dtype) * args.workers > 0.8 * gpu)
+            heavy = host_bytes(op, sizes, dtype) * args.workers > 0.6 * host
             jobs[number] = EvalJob(op, cand, full)
             futures[(big if heavy else pool).submit(jobs[number])] = number
         collect(futures, rows, out, meta, started)
         # a problem that ran out of the device's memory beside other workers gets one more
-        # evaluation alone, once the others are done (its row says so)
+        # evaluation alone, once the others are done (its row says so): 14 activations ran
+        # out of an H100's 80 GB at six workers. (Routing by an estimate of each worker's
+        # timed tensors would have run most of level 1 one at a time on an H200, where six
+        # at a time fit.)
         again = [n for n in futures.values() if out_of_memory(rows[n])]
         if again:
             alone = PoolExecutor(workers=1)
@@ -371,19 +362,6 @@ def main(argv=None) -> int:
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     print(write(out, dict(meta, date=f"{started} to {now}"), list(rows.values())))
     return 0
-
-
-def device_memory(device: str) -> int | None:
-    """The GPU's memory in bytes (None without one): read in a child process, so that this
-    one never makes a CUDA context the workers' would share the device with."""
-    import subprocess
-    try:
-        got = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda."
-                              "mem_get_info()[1] if torch.cuda.is_available() else 0)"],
-                             capture_output=True, text=True, timeout=120)
-        return int(got.stdout.strip().splitlines()[-1]) or None
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        return None
 
 
 def collect(futures: dict, rows: dict, out: Path, meta: dict, started: str) -> None:

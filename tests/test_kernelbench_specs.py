@@ -221,11 +221,3 @@ def test_a_problem_out_of_the_devices_memory_is_evaluated_again_alone(tmp_path, 
     assert rows[20]["ok"] and "alone_after" not in rows[20]
     assert calls[-1] == (1, rows[19]["op"]) and len(calls) == 3  # 19 once more, alone
 
-
-def test_device_bytes_counts_a_timed_set_and_the_oracle():
-    op = kspec.load(LEVEL1 / "19_relu.kspec").ops[0]
-    from kdsl.search.eval.floor import allocated_bytes
-    from kdsl.search.eval.timing import SET_COPIES
-    sizes = {"M": 4, "N": 8}
-    assert kernelbench.device_bytes(op, sizes, "f32") == \
-        (SET_COPIES + 2) * allocated_bytes(op, sizes, "f32") == (SET_COPIES + 2) * 256
