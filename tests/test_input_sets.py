@@ -29,3 +29,19 @@ def test_a_point_too_large_for_two_sets_is_timed_on_one_and_checked(monkeypatch)
     assert res.ok, res.message
     assert res.artifacts["input_sets"] == 1
     assert len(res.artifacts["checked_calls_ms"]) == 1
+
+
+def test_four_sets_go_through_the_candidates_process(monkeypatch):
+    """The sets a small point gets on a GPU, through the isolated candidate process (here
+    on the CPU): each set's outputs checked once, every step one call on each set."""
+    from kdsl.search.candidate import Candidate
+    from kdsl.search.eval.evaluator import evaluate
+    from kdsl.search.jobs import EvalConfig, EvalJob
+    op = spec_mod.find_op(spec_mod.load("specs/softmax.kspec"), None)
+    monkeypatch.setattr(timing, "input_sets", lambda op, case, device: 4)
+    res = evaluate(EvalJob(op, Candidate.of("c", {}), EvalConfig(seeds=(1,), reps=8,
+                                                                 warmup=0)))
+    assert res.ok, res.message
+    assert res.artifacts["input_sets"] == 4
+    assert len(res.artifacts["checked_calls_ms"]) == 4
+    assert res.artifacts["calls_a_step"] == 4

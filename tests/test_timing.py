@@ -588,25 +588,47 @@ def test_a_kernel_patching_only_what_changed_recomputes_everything():
     assert recomputed and min(recomputed) == 256  # every row, at every call
 
 
-def test_every_input_set_is_checked_at_a_timed_call():
-    """A kernel wrong on one of the two input sets only (told apart by its output's
-    address) is caught every time, not when the draw happens to pick that set."""
+@pytest.mark.parametrize("sets,wrong", [(2, 1), (4, 1), (4, 3)])
+def test_every_input_set_is_checked_at_a_timed_call(monkeypatch, sets, wrong):
+    """A kernel wrong on one of the input sets only (told apart by its output's address)
+    is caught every time, not when the draw happens to pick that set; with the four sets a
+    small point gets on a GPU, too."""
     op = softmax_op()
+    monkeypatch.setattr(timing, "input_sets", lambda op, case, device: sets)
     for _ in range(3):
         seen = []
 
-        def wrong_on_the_second_set(inputs, outputs, sizes):
+        def wrong_on_one_set(inputs, outputs, sizes):
             ptr = outputs["y"].data_ptr()
             if ptr not in seen:
                 seen.append(ptr)
-            if seen.index(ptr) == 1:
+            if seen.index(ptr) == wrong:
                 outputs["y"].zero_()
             else:
                 softmax_kernel(inputs, outputs, sizes)
 
-        t = timing.measure(op, wrong_on_the_second_set, CONFIG,
+        t = timing.measure(op, wrong_on_one_set, CONFIG,
                            timer=FakeTimer([1.0] * 5, [1.0] * 5), bandwidth=1e9, baselines={})
-        assert t.message and "(second input set)" in t.message, t.message
+        assert t.message and f"(input set {wrong + 1})" in t.message, t.message
+        assert len(seen) == sets
+
+
+def test_a_small_point_gets_more_input_sets_on_a_gpu(monkeypatch):
+    """Up to GPU_SETS sets within GPU_SETS_BYTES of copies on a GPU, two on the CPU, one
+    where two do not fit."""
+    op = softmax_op()
+    case = timing.bench_case(op, timing.bench_point(op, "cpu"), "f32")
+    from kdsl.search.eval.floor import allocated_bytes
+    held = allocated_bytes(op, case.sizes, case.dtype)
+    monkeypatch.setattr(timing, "device_memory", lambda device: 1 << 40)
+    assert timing.input_sets(op, case, "cpu") == 2
+    assert timing.input_sets(op, case, "cuda") == timing.GPU_SETS
+    monkeypatch.setattr(timing, "GPU_SETS_BYTES", 3 * held * timing.SET_COPIES)
+    assert timing.input_sets(op, case, "cuda") == 3
+    monkeypatch.setattr(timing, "GPU_SETS_BYTES", 0)
+    assert timing.input_sets(op, case, "cuda") == 2
+    monkeypatch.setattr(timing, "device_memory", lambda device: 1)
+    assert timing.input_sets(op, case, "cuda") == 1
 
 
 def test_integer_inputs_without_a_domain_vary_too():

@@ -73,7 +73,7 @@ def alloc_outputs(op: ir.Op, sizes: dict[str, int], dtype: str, device: str, var
     for t in op.outputs:
         dt = op.dtype_of(t.name, dtype)
         tensor = empty(shape_of(op, t.name, sizes), dtypes.torch_dtype(dt), device, shared)
-        poison(tensor, dt, variant)
+        poison(tensor, dt, variant % 2)  # (two poisons a dtype: sets alternate them)
         out[t.name] = tensor
     return out
 
