@@ -39,9 +39,25 @@ def test_four_sets_go_through_the_candidates_process(monkeypatch):
     from kdsl.search.jobs import EvalConfig, EvalJob
     op = spec_mod.find_op(spec_mod.load("specs/softmax.kspec"), None)
     monkeypatch.setattr(timing, "input_sets", lambda op, case, device: 4)
+    monkeypatch.setattr(timing, "CHEAP_ORACLE_S", float("inf"))
     res = evaluate(EvalJob(op, Candidate.of("c", {}), EvalConfig(seeds=(1,), reps=8,
                                                                  warmup=0)))
     assert res.ok, res.message
     assert res.artifacts["input_sets"] == 4
     assert len(res.artifacts["checked_calls_ms"]) == 4
     assert res.artifacts["calls_a_step"] == 4
+
+
+def test_sets_past_two_only_where_an_oracle_is_cheap(monkeypatch):
+    """Each set is checked against an oracle of its own at every request: where the first
+    oracle took longer than CHEAP_ORACLE_S, two sets."""
+    from kdsl.search.candidate import Candidate
+    from kdsl.search.eval.evaluator import evaluate
+    from kdsl.search.jobs import EvalConfig, EvalJob
+    op = spec_mod.find_op(spec_mod.load("specs/softmax.kspec"), None)
+    monkeypatch.setattr(timing, "input_sets", lambda op, case, device: 4)
+    monkeypatch.setattr(timing, "CHEAP_ORACLE_S", 0.0)
+    res = evaluate(EvalJob(op, Candidate.of("c", {}), EvalConfig(seeds=(1,), reps=4,
+                                                                 warmup=0)))
+    assert res.ok, res.message
+    assert res.artifacts["input_sets"] == 2 and res.artifacts["calls_a_step"] == 2

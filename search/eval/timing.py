@@ -64,8 +64,8 @@ _BENCH_CASES: dict[tuple, cases.Case] = {}
 def bench_case(op: ir.Op, point: ir.BenchPoint, dtype: str, variant: int = 0) -> cases.Case:
     """The bench inputs (numpy, never handed to a kernel), kept for the latest point only.
 
-    ``variant`` 1 is a second set of inputs at the same point, drawn from another seed:
-    timed runs alternate between the two, so an answer kept from an earlier call is the
+    ``variant`` k > 0 is another set of inputs at the same point, drawn from another seed:
+    timed runs cycle over the sets, so an answer kept from an earlier call is the
     wrong answer for the next one."""
     key = (op.hash, point.sizes, dtype, variant)
     if key not in _BENCH_CASES:
@@ -246,16 +246,26 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
     return (None if kept is None else {k: v.to(device) for k, v in kept.items()}), note
 
 
+_ORACLE_S: dict[tuple, float] = {}  # a point's latest oracle, seconds computing it
+
+
 def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
               hold=contextlib.nullcontext) -> dict:
     """The spec's baseline on float64 copies of ``ins`` (on the device), uncached."""
     import torch
     with hold(), torch.no_grad():
+        start = time.perf_counter()
         wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
         got = baseline.outputs_of(op, baseline.baseline_callable(op, sizes, wide)())
         got = {k: v.to(_judged_in(v.dtype, outs_dtype(op, k, dtype))) for k, v in got.items()}
         corr.sync(device)
+        _ORACLE_S[op.hash, tuple(sizes.items()), dtype] = time.perf_counter() - start
     return got
+
+
+def oracle_seconds(op: ir.Op, sizes: dict, dtype: str) -> float | None:
+    """What the latest float64 oracle of this point took to compute (None: none yet)."""
+    return _ORACLE_S.get((op.hash, tuple(sizes.items()), dtype))
 
 
 def outs_dtype(op: ir.Op, name: str, dtype: str):
@@ -511,8 +521,12 @@ SET_COPIES = 5
 # with one set a 3 ms relu read 0.81 ms a call over its own timer (H200), with two sets
 # the GEMMs 0.12-0.85 ms (H200) and 0.09-0.25 ms (H100, polling). On the CPU every set
 # costs a float64 oracle of its own at each check, on two cores: two sets.
+# Each set is checked against a float64 oracle of its varied inputs at every timing
+# request: the sets past two only where an oracle takes at most CHEAP_ORACLE_S (a bench-size
+# convolution's took 14 s).
 GPU_SETS = 4
 GPU_SETS_BYTES = 2 << 30
+CHEAP_ORACLE_S = 0.25
 
 
 def input_sets(op: ir.Op, case: cases.Case, device: str) -> int:
@@ -560,9 +574,11 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     nsets = input_sets(op, case, device)
     arts["input_sets"] = nsets
     for variant in range(nsets):
+        if variant >= nsets:  # (fewer, once the first oracle showed its cost)
+            break
         if variant:
             with lap("draw"):
-                case = bench_case(op, point, dtype, 1)
+                case = bench_case(op, point, dtype, variant)
         with lap("inputs"), device_lock.shared(device, arts):
             ins = corr.fresh_inputs(op, dtype, case.inputs, device, shared=True)
             # the inputs as uploaded, for the checks that the kernel left them intact: a
@@ -579,6 +595,9 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
                 ref, note = oracle(op, case, device, hold, uploaded=pristine, waited=arts)
             if note:
                 arts["bench_check"] = note
+            took = oracle_seconds(op, case.sizes, dtype)
+            if nsets > 2 and (took is None or took > CHEAP_ORACLE_S):
+                nsets = arts["input_sets"] = 2
             with lap("check"), hold():
                 message, error = bench_judge(op, case, ins, outs, ref, 0, device, pristine)
             arts["bench_max_error"] = error
