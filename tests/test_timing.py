@@ -24,7 +24,7 @@ def softmax_kernel(inputs, outputs, sizes):
 class FakeTimer:
     """Scripted samples for the candidate and the baseline. ``measure`` times the baseline
     first (unless its cache has it), then a probe of the candidate, one run of each of its
-    two input sets (no warmup, two reps: given the candidate's first two samples), then the
+    input sets (no warmup, a rep a set: given the candidate's first samples), then the
     candidate's reps."""
 
     def __init__(self, kernel=(), baseline=None):
@@ -37,9 +37,10 @@ class FakeTimer:
             if setup:
                 setup()
             fn()
-        if (warmup, reps) == (0, 2):
-            return self.kernel[:2]
-        return self.kernel if (0, 2) in self.calls else self.baseline
+        if warmup == 0 and reps <= timing.GPU_SETS:  # the probe: a run on each set
+            return self.kernel[:reps]
+        probed = any(w == 0 and r <= timing.GPU_SETS for w, r in self.calls)
+        return self.kernel if probed else self.baseline
 
 
 class FakeClock:
@@ -595,6 +596,7 @@ def test_every_input_set_is_checked_at_a_timed_call(monkeypatch, sets, wrong):
     small point gets on a GPU, too."""
     op = softmax_op()
     monkeypatch.setattr(timing, "input_sets", lambda op, case, device: sets)
+    monkeypatch.setattr(timing, "CHEAP_ORACLE_S", float("inf"))
     for _ in range(3):
         seen = []
 
@@ -693,3 +695,22 @@ def test_a_probe_inflated_by_a_busy_host_is_no_allowance():
     assert art["step_trip_ms"] == pytest.approx(0.2) and art["probed_trip_ms"] == 3.6
     kernel.step_extras = [5.0, 4.0]  # a request whose steps all cost more: the probe stands
     assert timing.judged_calls(kernel, [0.05] * 4)[1]["step_trip_ms"] == 3.6
+
+
+def test_the_sets_past_two_are_decided_by_the_cached_oracle_alone(monkeypatch):
+    """Whether a point gets its sets past two rests on what its cached oracle took, the same
+    for every job of the process: the checks' own oracles (warm) never change it, so two
+    candidates of one op are never timed with their steps shared by different numbers of
+    calls."""
+    op = softmax_op()
+    monkeypatch.setattr(timing, "input_sets", lambda op, case, device: 4)
+    got, seen = [], []
+    for _ in range(2):
+        t = timing.measure(op, softmax_kernel, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5),
+                           bandwidth=1e9, baselines={})
+        assert t.message is None
+        case = timing.bench_case(op, timing.bench_point(op, "cpu"), "f32")
+        seen.append(timing.oracle_seconds(op, case, "cpu"))
+        got.append(t.artifacts["input_sets"])
+    assert seen[0] is not None and seen[0] == seen[1]
+    assert got[0] == got[1] == (4 if seen[0] <= timing.CHEAP_ORACLE_S else 2)

@@ -1,7 +1,8 @@
 """Inputs no timed call has seen before, and outputs checked at calls the candidate cannot
 predict: what makes state kept between calls worthless.
 
-Two input sets alternate, and before every timed call each input without a declared
+The input sets (two, or one where two do not fit, or up to four for a small point on a
+GPU) take turns, and before every timed call each input without a declared
 domain (float or integer) is set to its pristine values times a factor drawn per element
 and per call: for floats a power of two in {1/2, 1, 2} (exact in every float dtype), for
 integers one of {1, 2, 3}. Every element may change at every call, and by enough to

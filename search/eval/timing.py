@@ -227,8 +227,9 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
     out; each job uploads it again."""
     key = (op.hash, device, tuple(case.sizes.items()), case.dtype, variant)
     if key not in _ORACLES:
-        for k in [k for k in _ORACLES if k[:4] != key[:4]]:  # both variants of one point
+        for k in [k for k in _ORACLES if k[:4] != key[:4]]:  # the sets of one point
             del _ORACLES[k]
+            _ORACLE_S.pop(k, None)
         try:
             ins = uploaded
             if ins is None:  # (freed with ``ins`` below)
@@ -237,6 +238,7 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
             got = oracle_of(op, case.sizes, case.dtype, ins, device, hold)
             del ins
             _ORACLES[key] = ({k: v.cpu() for k, v in got.items()}, "")
+            _ORACLE_S[key] = _LATEST_ORACLE_S[0]
         except Exception as e:
             if corr.out_of_memory(e):
                 raise
@@ -246,7 +248,10 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
     return (None if kept is None else {k: v.to(device) for k, v in kept.items()}), note
 
 
-_ORACLE_S: dict[tuple, float] = {}  # a point's latest oracle, seconds computing it
+# seconds computing each cached oracle (the first of its point in this process, so every
+# job of the process reads the same figure), and the latest oracle's
+_ORACLE_S: dict[tuple, float] = {}
+_LATEST_ORACLE_S = [0.0]
 
 
 def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
@@ -259,13 +264,14 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
         got = baseline.outputs_of(op, baseline.baseline_callable(op, sizes, wide)())
         got = {k: v.to(_judged_in(v.dtype, outs_dtype(op, k, dtype))) for k, v in got.items()}
         corr.sync(device)
-        _ORACLE_S[op.hash, tuple(sizes.items()), dtype] = time.perf_counter() - start
+        _LATEST_ORACLE_S[0] = time.perf_counter() - start
     return got
 
 
-def oracle_seconds(op: ir.Op, sizes: dict, dtype: str) -> float | None:
-    """What the latest float64 oracle of this point took to compute (None: none yet)."""
-    return _ORACLE_S.get((op.hash, tuple(sizes.items()), dtype))
+def oracle_seconds(op: ir.Op, case: cases.Case, device: str) -> float | None:
+    """What computing this point's cached oracle (``oracle``) took: None where it failed or
+    none is cached."""
+    return _ORACLE_S.get((op.hash, device, tuple(case.sizes.items()), case.dtype, 0))
 
 
 def outs_dtype(op: ir.Op, name: str, dtype: str):
@@ -587,7 +593,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
                 corr.fresh_inputs(op, dtype, case.inputs, device)
         with lap("first_run"), hold():  # compiled by the build already (its warm pass)
             outs = corr.alloc_outputs(op, case.sizes, dtype, device, variant, shared=True)
-            if not variant:  # the second set's outputs come from the timed runs alone
+            if not variant:  # the other sets' outputs come from the timed runs alone
                 kernel(ins, outs, dict(case.sizes))
                 corr.sync(device)
         if not variant:
@@ -595,7 +601,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
                 ref, note = oracle(op, case, device, hold, uploaded=pristine, waited=arts)
             if note:
                 arts["bench_check"] = note
-            took = oracle_seconds(op, case.sizes, dtype)
+            took = oracle_seconds(op, case, device)
             if nsets > 2 and (took is None or took > CHEAP_ORACLE_S):
                 nsets = arts["input_sets"] = 2
             with lap("check"), hold():
