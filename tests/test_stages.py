@@ -320,6 +320,32 @@ def test_chunks_are_sized_for_the_device_and_each_gets_a_program():
     assert rows // defaults[f"s{stage}.BLOCK_R"] >= min(rows, SMS)
 
 
+def test_independent_reductions_of_one_row_share_a_stage_where_they_share_a_read():
+    """A triplet loss's two distances both read the anchor: one pass reads it once. Two
+    reductions that read nothing in common keep a stage each."""
+    def lowered(second: str):
+        return tb._lowered(_op(f"""
+            op triplet
+              dims B, D
+              in  a: f32 [B, D]
+              in  p: f32 [B, D]
+              in  n: f32 [B, D]
+              in  m: f32 [B, D]
+              out loss: f32 []
+              dp[i] = sqrt(sum(j) (a[i, j] - p[i, j]) ** 2)
+              dn[i] = sqrt(sum(j) ({second}) ** 2)
+              loss[] = mean(i) max(dp[i] - dn[i] + 1.0, 0.0)
+              baseline (torch.sqrt(((a - p) ** 2).sum(1)) - torch.sqrt((({second.replace('[i, j]', '')}) ** 2).sum(1)) + 1.0).clamp(min=0).mean()
+              tolerance f32(rtol=1e-4, atol=1e-4)
+              test  B in 1..40, D in 1..300
+              bench B=4096, D=1024, dtype=f32
+        """))
+    first = lowered("a[i, j] - n[i, j]").stages[0].statements
+    assert [st.target for st in first] == ["kd_r0", "kd_r1"]
+    apart = lowered("m[i, j] - n[i, j]").stages[0].statements
+    assert [st.target for st in apart] == ["kd_r0"]
+
+
 def test_reductions_of_one_row_that_feed_each_other_share_a_stage():
     """A log-sum-exp averaged over the batch: the row maximum and the sum of exponentials
     are one stage (one pass over the logits), the batch mean another."""

@@ -138,8 +138,9 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
 
 def _same_rows(group: list[ir.Statement], st: ir.Statement, tensors) -> bool:
     """Whether reduction ``st`` can join the stage of ``group``, a stage of whole
-    reductions: the same output axes (names and extents) and the same reduced ranges, and
-    every read of the group's results at the row's own indices. Then one program a row
+    reductions: the same output axes (names and extents) and the same reduced ranges, every
+    read of the group's results at the row's own indices, and a read of those results or of
+    a tensor element the group reads too. Then one program a row
     computes them all, one pass over the data (a log-sum-exp's maximum and its sum of
     exponentials, before the loss averages them), not a kernel each that reads the data
     again."""
@@ -157,7 +158,14 @@ def _same_rows(group: list[ir.Statement], st: ir.Statement, tensors) -> bool:
     for n in ir.walk(st.value):
         if isinstance(n, ir.Access) and n.tensor in own and tuple(n.subscripts) != row:
             return False
-    return any(isinstance(n, ir.Access) and n.tensor in own for n in ir.walk(st.value))
+    if any(isinstance(n, ir.Access) and n.tensor in own for n in ir.walk(st.value)):
+        return True
+    # or independent of them but reading one of their reads (a triplet loss's two distances
+    # both read the anchor): one pass reads it once
+    theirs = {(n.tensor, n.subscripts) for g in group for n in ir.walk(g.value)
+              if isinstance(n, ir.Access)}
+    return any(isinstance(n, ir.Access) and (n.tensor, n.subscripts) in theirs
+               for n in ir.walk(st.value))
 
 
 def _computed_operands(statements, reductions) -> set[str]:
