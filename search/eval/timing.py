@@ -466,6 +466,25 @@ TRIP_SLACK_MS = {"cpu": 0.2, "cuda": 0.2}
 WALL_SLACK = 0.02
 CLOCK_RATIO = 2.0
 CLOCK_SLACK_MS = 2.0
+# A request whose calls the judge's clock found far longer than the candidate's timer says,
+# short of contradicting it, is timed again once, and the lower of the two judged figures
+# kept: each is bounded by the judge's clock, so the lower is no less honest. On an H100
+# (2026-12-05) a layer norm's and a GELU's steps took about 2 ms a call more than their
+# 0.46 and 0.18 ms while other workers' processes ran out of the card's memory, and those
+# figures stood. (ratio, ms) over the claimed median; none on the CPU, where the judge's
+# clock over a fast kernel is that far above on two cores by itself, every time.
+DISTURBED = {"cuda": (1.5, 0.5), "cpu": None}
+
+
+def disturbed(clock: dict, claimed: list[float], device: str) -> bool:
+    """Whether a request's judged calls read far above what the candidate's timer said."""
+    bound = DISTURBED.get(device)
+    seen = clock.get("judge_clock_ms")
+    if bound is None or seen is None or not claimed:
+        return False
+    ratio, ms = bound
+    median = statistics.median(claimed)
+    return seen > max(ratio * median, median + ms)
 
 
 def subtracted_trip_ms(kernel) -> float:
@@ -666,8 +685,20 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
                             f"baseline's {base.ms:.4g} ms")
     if message:
         return Timing(message, artifacts=arts)
+    claimed = list(samples)
     samples, clock, contradiction = judged_calls(kernel, samples, device)
     time_ms = figure(samples, checked_plan, warmup, arts)
+    if contradiction is None and disturbed(clock, claimed, device):
+        again, p, message = time_again()
+        if message:
+            return Timing(message, artifacts=arts)
+        again, clock2, contradiction = judged_calls(kernel, again, device)
+        mine: dict = {}
+        again_ms = figure(again, p, config.warmup, mine)
+        arts["disturbed_ms"] = [round(time_ms, 5), round(again_ms, 5)]
+        if contradiction is None and again_ms < time_ms:
+            samples, time_ms, clock = again, again_ms, clock2
+            arts.update(mine)
     if contradiction:
         # re-checked before it is rejected: timed again, back to back. A busy host can
         # lengthen one request's round trips (a process starting on the same cores); a
