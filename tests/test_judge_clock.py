@@ -156,3 +156,94 @@ def test_a_disturbed_request_is_timed_again_and_the_lower_judged_figure_kept(mon
     monkeypatch.setitem(timing.DISTURBED, "cpu", None)  # off: the first figure stands
     r = evaluate(job(PAUSED_EARLY))
     assert r.ok and "disturbed_ms" not in r.artifacts and r.time_ms >= first * 0.8
+
+
+def test_every_set_is_checked_at_one_step_of_timed_calls():
+    """All sets' kept outputs come from the calls of one step (a call on each set, one
+    round trip on the judge's clock), never a warm-up's: the checked calls' share of the
+    step's wall is then the share of a step worked in full."""
+    import torch
+    from kdsl.search.eval import timed_calls
+    op = softmax_op()
+    for sets in (1, 2, 3, 4):
+        outs = [{"y": torch.zeros(4, 8)} for _ in range(sets)]
+        for warmup, reps in ((0, sets), (1, 6), (3, 10), (2, 1)):
+            for _ in range(20):
+                p = timed_calls.plan(op, {"M": 4, "N": 8}, "f32", outs, warmup, reps, "cpu")
+                at = sorted(p.snap_at.values())
+                assert sorted(p.snap_at) == list(range(min(sets, warmup + reps)))
+                first = -(-warmup // sets) * sets  # the first step of timed calls only
+                if first + sets <= warmup + reps:
+                    assert at[0] >= warmup and at[0] % sets == 0
+                    assert at == list(range(at[0], at[0] + sets))
+
+
+# in each step of two calls, works at one only (a coin flip which) and claims 8 ms a call;
+# the warm-up is never checked, so it skips that too. Checked set by set, a worked checked
+# call shared its step's wall with a skipped one and read half its cost, and passed when
+# both draws fell on worked calls
+HALF_A_STEP = """
+import time, random
+from kdsl.search.eval import timers
+_real = time.perf_counter
+_paused = [0.0]
+timers._TIMERS["cpu"] = timers.CpuTimer(clock=lambda: _real() - _paused[0])
+_coin = {}
+def _works(i):
+    if i == 0:
+        return False
+    if i in (1, 6):
+        return True
+    s = i // 2
+    if s not in _coin:
+        _coin[s] = random.random() < 0.5
+    return _coin[s] == (i % 2 == 0)
+""" + SLOW_SOFTMAX.replace(f"    import time\n    time.sleep({WORK_S})\n", f"""\
+    import time
+    global _n
+    bench = (sizes.get('M'), sizes.get('N')) == (64, 128)
+    _n = globals().get('_n', 0) + bench
+    if bench and _n >= 4:
+        i = (_n - 4) % 7
+        if i == 0:
+            _coin.clear()
+        if not _works(i):
+            _paused[0] -= 0.008
+            return
+    t = _real()
+    time.sleep({WORK_S})
+    if bench and _n >= 4:
+        _paused[0] += (_real() - t) - 0.008
+""")
+
+
+def test_a_kernel_working_at_part_of_each_step_never_gets_less_than_its_honest_time():
+    from kdsl.search.eval.evaluator import evaluate
+    import fake_backend
+    fake_backend.register()
+    assert HALF_A_STEP != SLOW_SOFTMAX
+    for _ in range(3):
+        r = evaluate(job(HALF_A_STEP))
+        if r.ok:
+            assert honest_ms(r), r.artifacts
+        else:
+            assert "wrong in a timed run" in r.message or "suspect" in r.message, r.message
+
+
+def test_a_contradicted_retime_of_a_disturbed_request_leaves_the_first_figure(monkeypatch):
+    """The first request, disturbed, stood; its retime, paused longer, is contradicted: the
+    first figure is kept, and the kernel is not rejected for the retime."""
+    from kdsl.search.eval import timing
+    from kdsl.search.eval.evaluator import evaluate
+    import fake_backend
+    fake_backend.register()
+    source = PAUSED_EARLY.replace("if bench and _n <= 1 + 2 + 7:\n        t = _real()\n"
+                                  "        time.sleep(0.02)",
+                                  "if bench and _n >= 4:\n        t = _real()\n"
+                                  "        time.sleep(0.02 if _n <= 10 else 0.045)")
+    assert source != PAUSED_EARLY
+    monkeypatch.setitem(timing.DISTURBED, "cpu", (1.4, 5.0))
+    r = evaluate(job(source))
+    assert r.ok, r.message
+    first, again = r.artifacts["disturbed_ms"]
+    assert "disturbed_clock" in r.artifacts and round(r.time_ms, 5) == first, r.artifacts

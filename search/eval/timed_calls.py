@@ -90,16 +90,30 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
                  [rng.randrange(SPREAD) for _ in range(calls)], pristine=list(pristine or []),
                  buffers=len(outs), bases=len(pristine) if pristine else len(outs))
     # each set's outputs at one of its timed calls (a set never checked could be computed
-    # wrong at every call: it would halve the median and pass half the time)
-    for b in range(p.bases):
-        timed = [c for c in range(warmup, calls) if p.base(c) == b] or \
-            [c for c in range(calls) if p.base(c) == b]
-        if timed:
-            p.snap_at[b] = rng.choice(timed)
-            kept = {} if buffers is None else buffers
-            if b not in kept:
-                kept[b] = {t: v.new_empty(v.shape) for t, v in outs[b].items()}
-            p.snaps[b] = kept[b]
+    # wrong at every call: it would halve the median and pass half the time), all of them
+    # at one step (a call on each buffer, one round trip on the judge's clock) drawn among
+    # the steps of timed calls. A step's calls share its wall: checked at calls drawn set by
+    # set, a kernel that worked at one call of each step of two, at random, passed whenever
+    # the draws fell on worked calls and was given half its honest time (a review: 3 of 6
+    # accepted); a step checked whole was worked whole, and its share is the honest time
+    n = p.buffers
+    whole = [s for s in range(calls // n) if s * n >= warmup]
+    chosen = {}
+    if whole and n == p.bases:
+        s = rng.choice(whole)
+        chosen = {p.base(c): c for c in range(s * n, s * n + n)}
+    else:
+        for b in range(p.bases):
+            timed = [c for c in range(warmup, calls) if p.base(c) == b] or \
+                [c for c in range(calls) if p.base(c) == b]
+            if timed:
+                chosen[b] = rng.choice(timed)
+    for b, c in sorted(chosen.items()):
+        p.snap_at[b] = c
+        kept = {} if buffers is None else buffers
+        if b not in kept:
+            kept[b] = {t: v.new_empty(v.shape) for t, v in outs[b].items()}
+        p.snaps[b] = kept[b]
     return p
 
 

@@ -692,11 +692,15 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         again, p, message = time_again()
         if message:
             return Timing(message, artifacts=arts)
-        again, clock2, contradiction = judged_calls(kernel, again, device)
+        # (its own verdict: a contradicted second request is not kept, and never turns the
+        # first, which stood, into a contradiction)
+        again, clock2, contradicted = judged_calls(kernel, again, device)
         mine: dict = {}
         again_ms = figure(again, p, config.warmup, mine)
         arts["disturbed_ms"] = [round(time_ms, 5), round(again_ms, 5)]
-        if contradiction is None and again_ms < time_ms:
+        if contradicted:
+            arts["disturbed_clock"] = contradicted
+        elif again_ms < time_ms:
             samples, time_ms, clock = again, again_ms, clock2
             arts.update(mine)
     if contradiction:
