@@ -235,10 +235,13 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
             if ins is None:  # (freed with ``ins`` below)
                 with device_lock.shared(device, waited):
                     ins = corr.fresh_inputs(op, case.dtype, case.inputs, device)
-            got = oracle_of(op, case.sizes, case.dtype, ins, device, hold)
+            with hold():  # (timed once the device is held: its wait is not the oracle's)
+                start = time.perf_counter()
+                got = oracle_of(op, case.sizes, case.dtype, ins, device)
+                took = time.perf_counter() - start
             del ins
             _ORACLES[key] = ({k: v.cpu() for k, v in got.items()}, "")
-            _ORACLE_S[key] = _LATEST_ORACLE_S[0]
+            _ORACLE_S[key] = took
         except Exception as e:
             if corr.out_of_memory(e):
                 raise
@@ -249,9 +252,8 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
 
 
 # seconds computing each cached oracle (the first of its point in this process, so every
-# job of the process reads the same figure), and the latest oracle's
+# job of the process reads the same figure)
 _ORACLE_S: dict[tuple, float] = {}
-_LATEST_ORACLE_S = [0.0]
 
 
 def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
@@ -259,12 +261,10 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
     """The spec's baseline on float64 copies of ``ins`` (on the device), uncached."""
     import torch
     with hold(), torch.no_grad():
-        start = time.perf_counter()
         wide = {k: v.double() if v.is_floating_point() else v for k, v in ins.items()}
         got = baseline.outputs_of(op, baseline.baseline_callable(op, sizes, wide)())
         got = {k: v.to(_judged_in(v.dtype, outs_dtype(op, k, dtype))) for k, v in got.items()}
         corr.sync(device)
-        _LATEST_ORACLE_S[0] = time.perf_counter() - start
     return got
 
 
@@ -544,7 +544,7 @@ SET_COPIES = 5
 # step of timed calls is one call on each set, and what a step itself costs on the judge's
 # clock beyond the least of its probes (the round trip's wake-ups) is shared by its calls:
 # with one set a 3 ms relu read 0.81 ms a call over its own timer (H200), with two sets
-# the GEMMs 0.12-0.85 ms (H200) and 0.09-0.25 ms (H100, polling). On the CPU every set
+# the GEMMs 0.12-0.86 ms (H200) and 0.02-0.25 ms (H100, polling). On the CPU every set
 # costs a float64 oracle of its own at each check, on two cores: two sets.
 # Each set is checked against a float64 oracle of its varied inputs at every timing
 # request: the sets past two only where an oracle takes at most CHEAP_ORACLE_S (a bench-size
