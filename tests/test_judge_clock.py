@@ -161,18 +161,23 @@ def test_a_disturbed_request_is_timed_again_and_the_lower_judged_figure_kept(mon
 def test_every_set_is_checked_at_one_step_of_timed_calls():
     """All sets' kept outputs come from the calls of one step (a call on each set, one
     round trip on the judge's clock), never a warm-up's: the checked calls' share of the
-    step's wall is then the share of a step worked in full."""
+    step's wall is then the share of a step worked in full. Where the timing stage asks
+    (the warm-up and the reps in whole steps) there is always such a step."""
     import torch
     from kdsl.search.eval import timed_calls
     op = softmax_op()
     for sets in (1, 2, 3, 4):
         outs = [{"y": torch.zeros(4, 8)} for _ in range(sets)]
-        for warmup, reps in ((0, sets), (1, 6), (3, 10), (2, 1)):
+        for warmup, reps in ((0, sets), (1, 6), (3, 10), (2, 1), (1, 2), (1, 3)):
             for _ in range(20):
                 p = timed_calls.plan(op, {"M": 4, "N": 8}, "f32", outs, warmup, reps, "cpu")
                 at = sorted(p.snap_at.values())
                 assert sorted(p.snap_at) == list(range(min(sets, warmup + reps)))
                 first = -(-warmup // sets) * sets  # the first step of timed calls only
+                # as the timing stage asks: at least one whole step of timed calls
+                if reps < first + sets - warmup:
+                    continue
+                assert first + sets <= warmup + reps
                 if first + sets <= warmup + reps:
                     assert at[0] >= warmup and at[0] % sets == 0
                     assert at == list(range(at[0], at[0] + sets))
@@ -247,3 +252,27 @@ def test_a_contradicted_retime_of_a_disturbed_request_leaves_the_first_figure(mo
     assert r.ok, r.message
     first, again = r.artifacts["disturbed_ms"]
     assert "disturbed_clock" in r.artifacts and round(r.time_ms, 5) == first, r.artifacts
+
+
+def test_the_warm_up_and_the_reps_are_timed_in_whole_steps(monkeypatch):
+    """One warm-up call and two reps over two sets would leave no step of timed calls
+    only: the first rep shares a step with the warm-up. The timing stage times reps until
+    one whole step is timed (a review: a kernel that skipped the warm-up and claimed half
+    its cost at the call beside it was accepted at 23.5 ms of an honest 31, 3 times of 3)."""
+    from kdsl.search.eval import timing
+    from kdsl.search.eval.evaluator import evaluate
+    import fake_backend
+    fake_backend.register()
+    seen = []
+    real = timing.timed_calls.plan
+
+    def noting(op, sizes, dtype, outs, warmup, reps, *a, **k):
+        seen.append((warmup, reps))
+        return real(op, sizes, dtype, outs, warmup, reps, *a, **k)
+
+    monkeypatch.setattr(timing.timed_calls, "plan", noting)
+    r = evaluate(dataclasses.replace(job(SLOW_SOFTMAX),
+                                     config=dataclasses.replace(TIMED, warmup=1, reps=2)))
+    assert r.ok, r.message
+    assert seen[0] == (0, 2) and seen[1] == (1, 3), seen  # the probe, then the main request
+    assert len(r.artifacts["timings_ms"]) == 3

@@ -634,6 +634,14 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     poisons = [(t.name, op.dtype_of(t.name, dtype), 1) for t in op.outputs]
     pairs = [(ins, outs) for _, ins, outs, _ in sets]
     kept_outputs: dict = {}  # where each plan keeps the outputs it checks
+    # at least one step (a call on each set) of timed calls only, so every set is checked
+    # at one such step (``timed_calls.plan``): with none (one warm-up call and two reps over
+    # two sets), the sets were checked at separate steps, one shared with the warm-up, and
+    # a kernel that worked at part of a step was judged by its share of it (a review:
+    # accepted at 23.5 ms of an honest 31)
+    warmup_n = config.warmup
+    whole_from = -(-warmup_n // len(pairs)) * len(pairs)
+    reps_n = max(config.reps, whole_from + len(pairs) - warmup_n)
 
     def timed(warmup: int, reps: int):
         """Samples of one timing request, and its plan: fresh inputs for every call."""
@@ -650,7 +658,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     def time_again():
         """A second full timing request, checked: (samples, plan, failure or None)."""
         with lap("recheck"), hold(), torch.no_grad():
-            again, p = timed(config.warmup, config.reps)
+            again, p = timed(warmup_n, reps_n)
         return again, p, verified(p, check=True)
 
     with lap("baseline"):
@@ -669,7 +677,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         # baseline is ranked by them, instead of holding the device for warmup + reps more
         # runs of seconds each
         samples, probe = timed(0, len(pairs))
-        cutoff, rest_ms = config.slow_cutoff, samples[0] * (config.warmup + config.reps)
+        cutoff, rest_ms = config.slow_cutoff, samples[0] * (warmup_n + reps_n)
         # (a cold single run of a fast kernel can be 10x a warm median: cut only where the
         # runs saved are worth a second of the device's time)
         cut = cutoff is not None and samples[0] > cutoff * base.ms and rest_ms > CUT_OVER_MS
@@ -677,9 +685,9 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     warmup, checked_plan = 0, probe
     if not cut and message is None:
         with lap("timed_runs"), hold(), torch.no_grad():
-            samples, main = timed(config.warmup, config.reps)
+            samples, main = timed(warmup_n, reps_n)
         message = verified(main, check=True)
-        warmup, checked_plan = config.warmup, main
+        warmup, checked_plan = warmup_n, main
     if cut:
         arts["reps_cut"] = (f"one timed run, {samples[0]:.4g} ms: over {cutoff:g}x the "
                             f"baseline's {base.ms:.4g} ms")
@@ -696,7 +704,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         # first, which stood, into a contradiction)
         again, clock2, contradicted = judged_calls(kernel, again, device)
         mine: dict = {}
-        again_ms = figure(again, p, config.warmup, mine)
+        again_ms = figure(again, p, warmup_n, mine)
         arts["disturbed_ms"] = [round(time_ms, 5), round(again_ms, 5)]
         if contradicted:
             arts["disturbed_clock"] = contradicted
@@ -713,7 +721,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         arts["clock_first"] = contradiction
         again, clock, contradiction = judged_calls(kernel, again, device)
         if contradiction is None:
-            samples, time_ms = again, figure(again, p, config.warmup, arts)
+            samples, time_ms = again, figure(again, p, warmup_n, arts)
     arts.update(clock)
     with lap("floor"):
         nbytes = bench_traffic_bytes(op, case)
@@ -731,7 +739,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         arts["recheck_timings_ms"] = again
         below2 = floor.verdict(statistics.median(again), nbytes, bw, device)
         if below2 is None:  # the second measurement is believable: the first was not
-            samples, time_ms, below = again, figure(again, p, config.warmup, arts), None
+            samples, time_ms, below = again, figure(again, p, warmup_n, arts), None
         else:
             below = f"{below}; timed again: {statistics.median(again):.4g} ms"
     arts.update(timings_ms=samples, floor_ms=floor.floor_ms(nbytes, bw, device), bytes=nbytes,
