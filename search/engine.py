@@ -15,8 +15,8 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from concurrent.futures import Future, wait
+from dataclasses import dataclass, field, replace
 
 from kdsl import backends, ir
 
@@ -203,7 +203,7 @@ class Engine:
                         and not self.stopped:
                     p = self.followups.popleft() if self.followups else self.policy.propose(1)[0]
                     inflight.append(self._launch(p))
-                self._finish(*inflight.popleft())
+                self._finish(*self._alone_if_crowded(inflight.popleft(), inflight))
         except KeyboardInterrupt:
             for _, _, fut, *_ in inflight:
                 fut.cancel()
@@ -230,6 +230,23 @@ class Engine:
             return p, name, _done(Result.from_record(recorded["result"])), child, "replay"
         fut, hit = self.submit(child)
         return p, name, fut, child, hit
+
+    def _alone_if_crowded(self, item: tuple, inflight: deque) -> tuple:
+        """An evaluation that ran out of memory while others could run beside it on the
+        same device is evaluated once more alone, once those are done: the memory may
+        have been theirs. The result it records says so (``alone_after``, the first
+        message). Nothing new launches meanwhile, so the order of proposals and results
+        (and with it reproducibility) is as it was."""
+        p, name, fut, child, how = item
+        if how is not False or child is None or self.workers == 1:
+            return item
+        first: Result = fut.result()
+        if first.ok or not ran_out_of_memory(first):
+            return item
+        wait([f for _, _, f, *_ in inflight])
+        again = self.executor.submit(EvalJob(self.op, child, self.config)).result()
+        again = replace(again, artifacts={**again.artifacts, "alone_after": first.message})
+        return p, name, _done(again), child, how
 
     def _finish(self, p: Proposal, name: str, fut: Future, child, how) -> None:
         result: Result = fut.result()
@@ -298,6 +315,13 @@ class Engine:
                   "source_hash": source_hash(source), "source_path": rel,
                   "time": time.time()}
         return self.store.append_node(record)
+
+
+def ran_out_of_memory(result: Result) -> bool:
+    """Whether a failed evaluation ran out of memory (its worker says so, or was killed
+    in a way that suggests it)."""
+    return bool(result.artifacts.get("out_of_memory")) or (
+        result.stage == "worker" and "out of memory" in result.message)
 
 
 def _slim(result: Result) -> dict:

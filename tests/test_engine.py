@@ -203,3 +203,52 @@ def test_a_run_recorded_without_identities_resumes_with_them(tmp_path):
                                                     [full.header] + full.nodes[:15]))
     resumed, summary = runs.resume(tmp_path / "r", 30, QuietDisplay(), FakeExecutor())
     assert strip(resumed.nodes[:15]) == strip(full.nodes[:15]) and summary["evaluations"] == 30
+
+
+class CrowdedExecutor(FakeExecutor):
+    """Evaluates on threads, slowly; the first job runs out of memory (as if beside its
+    neighbours). Notes, at each submission, how many earlier evaluations were running."""
+
+    def __init__(self, workers):
+        super().__init__(workers)
+        from concurrent.futures import ThreadPoolExecutor
+        self.pool = ThreadPoolExecutor(workers)
+        self.futures, self.running_at_submit = [], []
+
+    def submit(self, job):
+        import time
+        from kdsl.search.result import Result
+        self.running_at_submit.append(sum(not f.done() for f in self.futures))
+        first = not self.futures
+        plain = super().submit(job).result()
+
+        def evaluate():
+            time.sleep(0.02)
+            if first:
+                return Result.failure("worker", "out of memory in timing: CUDA out of memory",
+                                      out_of_memory=True)
+            return plain
+        fut = self.pool.submit(evaluate)
+        self.futures.append(fut)
+        return fut
+
+
+def test_out_of_memory_beside_others_is_evaluated_again_alone(tmp_path):
+    ex = CrowdedExecutor(3)
+    store, _ = runs.start(settings(workers=3, budget=8), tmp_path / "run", None,
+                          QuietDisplay(), ex)
+    first = store.nodes[0]
+    # recorded as its evaluation alone went (the fake's start genome is a mismatch)
+    assert first["result"]["stage"] == "correctness"
+    assert "out of memory" in first["result"]["artifacts"]["alone_after"]
+    assert ex.submitted == 9  # eight nodes, one of them twice
+    # the second try was submitted when nothing else was running
+    assert ex.running_at_submit[3] == 0
+    assert all(not r["result"]["artifacts"].get("alone_after") for r in store.nodes[1:])
+
+
+def test_out_of_memory_with_one_worker_is_a_failure(tmp_path):
+    ex = CrowdedExecutor(1)
+    store, _ = runs.start(settings(workers=1, budget=4), tmp_path / "run", None,
+                          QuietDisplay(), ex)
+    assert store.nodes[0]["result"]["stage"] == "worker" and ex.submitted == 4
