@@ -109,6 +109,12 @@ def host_bytes(op, sizes: dict, dtype: str) -> int:
     return 3 * allocated_bytes(op, sizes, dtype) + (1 << 30)
 
 
+def evaluated(rows: list[dict]) -> set[int]:
+    """The problems an earlier (cut) run has a verdict on: evaluated, and not out of the
+    device's memory beside other workers (a cut run may end before its retry alone)."""
+    return {r["problem"] for r in rows if r.get("ok") is not None and not out_of_memory(r)}
+
+
 def out_of_memory(row: dict) -> bool:
     """Whether a problem failed for want of the device's memory (beside other workers)."""
     return row.get("ok") is False and "out of memory" in (row.get("message") or "").lower()
@@ -232,8 +238,10 @@ def merge(paths: list[str], out: Path) -> int:
         dates.append(data["meta"].get("date", "?"))
         for r in data["rows"]:
             # a later part's row of a problem replaces an earlier's, once it has a verdict
-            # (a call cut short lists the problems it never reached, without one)
-            if "ok" in r or r["problem"] not in rows:
+            # (a call cut short lists the problems it never reached, without one); running
+            # out of the device's memory beside other workers is none on an earlier verdict
+            before = rows.get(r["problem"])
+            if before is None or ("ok" in r and not (out_of_memory(r) and "ok" in before)):
                 rows[r["problem"]] = r
     out.mkdir(parents=True, exist_ok=True)
     print(write(out, dict(meta, date="; ".join(dates), merged=[Path(p).name for p in paths]),
@@ -266,8 +274,7 @@ def main(argv=None) -> int:
     files = spec_files(args.level, wanted)
     if args.rest_of:
         try:
-            done = {r["problem"] for r in json.loads(Path(args.rest_of).read_text())["rows"]
-                    if r.get("ok") is not None}
+            done = evaluated(json.loads(Path(args.rest_of).read_text())["rows"])
         except (OSError, ValueError, KeyError) as e:
             print(f"kernelbench: error: --rest-of {args.rest_of}: {e}", file=sys.stderr)
             return 2

@@ -88,6 +88,21 @@ def test_merge_keeps_the_latest_row_of_each_problem(tmp_path):
     assert "| 1 | p1 |" in (tmp_path / "out" / "kernelbench.md").read_text()
 
 
+def test_merge_keeps_a_verdict_over_a_later_run_out_of_memory(tmp_path):
+    meta = {"device": "x", "level": 1, "budget": 0, "versions": {}, "date": "d"}
+    oom = dict(_row(1, False, None, None, None), message="out of memory in timing: ...")
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"meta": meta, "rows": [_row(1, True, 2.0, 1.0, 1.0),
+                                                    _row(2, False, None, 1.0, 1.0)]}))
+    b.write_text(json.dumps({"meta": meta, "rows": [oom, dict(oom, problem=2),
+                                                    dict(oom, problem=3)]}))
+    assert kernelbench.merge([str(a), str(b)], tmp_path / "out") == 0
+    merged = json.loads((tmp_path / "out" / "kernelbench.json").read_text())
+    got = {r["problem"]: (r["ok"], r.get("message", "")[:3]) for r in merged["rows"]}
+    # 1 keeps its time; 2's earlier failure was a verdict too; 3 has only the later row
+    assert got == {1: (True, ""), 2: (False, ""), 3: (False, "out")}
+
+
 def test_bad_problem_list_is_one_line_and_exit_2(capsys):
     assert kernelbench.main(["--out", "/tmp/unused", "--problems", "a-b"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -150,6 +165,14 @@ def test_rest_of_skips_what_an_earlier_run_evaluated(tmp_path, capsys):
     assert "no specs left" in capsys.readouterr().err
     assert kernelbench.main(["--rest-of", str(tmp_path / "missing.json"),
                              "--out", str(tmp_path / "c")]) == 2
+
+
+def test_rest_of_runs_again_what_ran_out_of_memory_beside_others():
+    rows = [_row(1, True, 1.0, 1.0, 1.0), _row(2, False, None, None, None),
+            _row(3, False, None, None, None), {"problem": 4, "ok": None}]
+    rows[1]["message"] = "out of memory in timing: CUDA out of memory. Tried to allocate"
+    rows[2]["message"] = "wrong at the bench point"
+    assert kernelbench.evaluated(rows) == {1, 3}
 
 
 @pytest.mark.slow
