@@ -48,7 +48,8 @@ def judge_clock(artifacts: dict) -> dict:
     """What the judge's clock saw of the timed calls: its bound, the probed costs of a step
     and a call, and the candidate's own median where the bound overruled it."""
     out = {k: artifacts.get(k) for k in ("judge_clock_ms", "step_trip_ms", "step_call_ms",
-                                          "step_overhead_ms") if k in artifacts}
+                                          "calls_a_step", "step_overhead_ms")
+           if k in artifacts}
     claimed = artifacts.get("claimed_ms")
     if claimed:
         out["claimed_median_ms"] = round(statistics.median(claimed), 5)

@@ -232,6 +232,9 @@ class CrowdedExecutor(FakeExecutor):
         self.futures.append(fut)
         return fut
 
+    def shutdown(self):
+        self.pool.shutdown()
+
 
 def test_out_of_memory_beside_others_is_evaluated_again_alone(tmp_path):
     ex = CrowdedExecutor(3)

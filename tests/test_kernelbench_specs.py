@@ -194,6 +194,7 @@ def test_a_row_keeps_what_the_judges_clock_saw():
         "judge_clock_ms": 0.37, "step_trip_ms": 0.2, "step_call_ms": 1.2,
         "step_overhead_ms": 1.5, "claimed_median_ms": 0.2}
     assert kernelbench.judge_clock({}) == {}
+    assert kernelbench.judge_clock({"calls_a_step": 3}) == {"calls_a_step": 3}
 
 
 def test_a_row_whose_baselines_were_held_says_so_in_the_table(tmp_path):
