@@ -8,9 +8,15 @@ judge's clock subtracts the cost of such a call as probed before the candidate's
 if the SM clock is lower while a kernel loads the card, the wait lasts longer than the
 probe's, and every honest step reads dearer by the difference. This sizes the wait as the
 timer does, then times the same 1 ms wait with CUDA events right after each load: idle (no
-load), a device-to-device copy of ``--mb`` MB (memory-bound), and a 4096^3 f32 GEMM
+load), the card idle for 50 ms (``pause``: does the clock drop between steps?), a
+device-to-device copy of ``--mb`` MB (memory-bound), and a 4096^3 f32 GEMM
 (compute-bound). Prints one row a load (the wait's median and range, ms) and writes FILE
 as JSON with every sample. On a steady clock every row reads 1.00 ms.
+
+Then the host's wall of the same wait and a sync, right after nothing, after a small write
+of this process's, and after a small and a ``--mb`` write of another process's (each with
+its sync): a judged step starts right after the judge's own work on the card, a probe does
+not, and a switch between the two processes' contexts would cost every step that much.
 """
 from __future__ import annotations
 
@@ -18,13 +24,18 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from script_args import device_ready  # noqa: E402
 
-LOADS = ("idle", "copy", "gemm")
+LOADS = ("idle", "pause", "copy", "gemm")
+# what the GPU last ran before a timed step's head start, another process's or this one's:
+# a judged step follows the judge's own work on the card (its inputs varied, its outputs
+# poisoned, then a sync), which a probe of calls of nothing does not
+BEFORE = ("nothing", "own-small", "other-small", "other-big")
 
 
 def measure(loads: list[str], mb: int, rounds: int) -> dict:
@@ -35,7 +46,8 @@ def measure(loads: list[str], mb: int, rounds: int) -> dict:
     src = torch.empty(mb << 20, dtype=torch.int8, device="cuda")
     dst = torch.empty_like(src)
     a = torch.randn(4096, 4096, device="cuda")
-    work = {"idle": lambda: None, "copy": lambda: dst.copy_(src),
+    work = {"idle": lambda: None, "pause": lambda: time.sleep(0.01),
+            "copy": lambda: dst.copy_(src),
             "gemm": lambda: torch.mm(a, a)}
     out = {}
     for name in loads:
@@ -43,6 +55,7 @@ def measure(loads: list[str], mb: int, rounds: int) -> dict:
         for _ in range(rounds):
             for _ in range(5):  # long enough for the clock to settle under the load
                 work[name]()
+            torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             torch.cuda._sleep(cycles)
@@ -53,8 +66,58 @@ def measure(loads: list[str], mb: int, rounds: int) -> dict:
                      "min_ms": round(min(samples), 4), "max_ms": round(max(samples), 4),
                      "samples_ms": [round(s, 4) for s in samples]}
     return {"device": torch.cuda.get_device_name(), "wait_ms_asked": FIRST_WAIT_MS,
-            "cycles": cycles, "loads": out,
+            "cycles": cycles, "loads": out, "step_walls": step_walls(cycles, mb, rounds),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def _other(conn, mb: int) -> None:
+    """A second process with a context on the card: runs a small or a large write and a
+    sync when asked, then answers."""
+    import torch
+    x = torch.zeros(mb << 18, dtype=torch.float32, device="cuda")
+    torch.cuda.synchronize()
+    conn.send("ready")
+    while (what := conn.recv()) != "stop":
+        (x[:1024] if what == "small" else x).add_(1)
+        torch.cuda.synchronize()
+        conn.send(what)
+
+
+def step_walls(cycles: int, mb: int, rounds: int) -> dict:
+    """The host's wall time of a head start and a sync (ms) right after each of BEFORE: the
+    part of a judged step's cost that a GPU context switch would add."""
+    import multiprocessing as mp
+
+    import torch
+    own = torch.zeros(1024, device="cuda")
+    ctx = mp.get_context("spawn")
+    here, there = ctx.Pipe()
+    child = ctx.Process(target=_other, args=(there, mb), daemon=True)
+    child.start()
+    here.recv()
+    before = {"nothing": lambda: None,
+              "own-small": lambda: (own.add_(1), torch.cuda.synchronize()),
+              "other-small": lambda: (here.send("small"), here.recv()),
+              "other-big": lambda: (here.send("big"), here.recv())}
+    out = {}
+    try:
+        for _ in range(3):  # warm every path once
+            for fn in before.values():
+                fn()
+        for name in BEFORE:
+            walls = []
+            for _ in range(rounds):
+                before[name]()
+                start = time.perf_counter()
+                torch.cuda._sleep(cycles)
+                torch.cuda.synchronize()
+                walls.append((time.perf_counter() - start) * 1e3)
+            out[name] = {"median_ms": round(statistics.median(walls), 4),
+                         "min_ms": round(min(walls), 4), "max_ms": round(max(walls), 4)}
+    finally:
+        here.send("stop")
+        child.join(10)
+    return out
 
 
 def main(argv=None) -> int:
@@ -81,6 +144,10 @@ def main(argv=None) -> int:
           f"({result['cycles']} cycles) after each load")
     for name, r in result["loads"].items():
         print(f"  {name:5s} median {r['median_ms']:.4f} ms  ({r['min_ms']:.4f}-{r['max_ms']:.4f})")
+    print("the host's wall of the same wait and a sync, right after:")
+    for name, r in result["step_walls"].items():
+        print(f"  {name:11s} median {r['median_ms']:.4f} ms  ({r['min_ms']:.4f}-"
+              f"{r['max_ms']:.4f})")
     return 0
 
 

@@ -598,9 +598,8 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     sets = []  # (case, ins, outs, pristine) for each input set
     nsets = input_sets(op, case, device)
     arts["input_sets"] = nsets
-    for variant in range(nsets):
-        if variant >= nsets:  # (fewer, once the first oracle showed its cost)
-            break
+    variant = 0
+    while variant < nsets:  # (nsets falls to two once the first oracle shows its cost)
         if variant:
             with lap("draw"):
                 case = bench_case(op, point, dtype, variant)
@@ -630,6 +629,7 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
             if message:
                 return Timing(f"wrong at the {where}: {message}", artifacts=arts)
         sets.append((case, ins, outs, pristine))
+        variant += 1
     case = sets[0][0]
     poisons = [(t.name, op.dtype_of(t.name, dtype), 1) for t in op.outputs]
     pairs = [(ins, outs) for _, ins, outs, _ in sets]
