@@ -58,3 +58,82 @@ def test_cuda_timer_times_a_kernel_behind_its_waits():
     timer = CudaTimer(flush_bytes=1 << 20, batch=4)
     samples = timer(lambda: x.mul_(1.0), warmup=2, reps=10)
     assert len(samples) == 10 and all(0 < s < 100 for s in samples)
+
+
+class FakeCuda:
+    """Just enough of ``torch.cuda`` for a batch: events that read 1 ms apart, a stream,
+    and a record of the busy-waits asked for."""
+
+    def __init__(self):
+        self.slept = []
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self):
+                pass
+
+            def query(self):
+                return False  # the GPU still in its wait
+
+            def elapsed_time(self, other):
+                return 1.0
+
+        self.Event = Event
+
+    def _sleep(self, cycles):
+        self.slept.append(cycles)
+
+    def current_stream(self):
+        return type("Stream", (), {"cuda_stream": 7})()
+
+    def synchronize(self):
+        pass
+
+
+class FakeGate:
+    def __init__(self, accepts=True):
+        self.accepts, self.log = accepts, []
+
+    def close(self, stream):
+        self.log.append(("close", stream))
+        return self.accepts
+
+    def release(self):
+        self.log.append(("release",))
+
+
+def _timer_with(gate):
+    from kdsl.search.eval.cuda_timer import CudaTimer
+    timer = CudaTimer(flush_bytes=0)
+    timer._gate, timer._cycles_per_ms = gate, 1000.0
+    torch_ = type("Torch", (), {"cuda": FakeCuda()})()
+    return timer, torch_
+
+
+def test_a_gated_batch_needs_no_busy_wait_and_always_held():
+    gate = FakeGate()
+    timer, fake = _timer_with(gate)
+    samples, held = timer._batch(fake, lambda: None, None, 3, 1.0)
+    assert samples == [1.0] * 3 and held
+    assert fake.cuda.slept == [] and gate.log == [("close", 7), ("release",)]
+
+
+def test_a_gate_is_released_when_the_kernel_raises():
+    gate = FakeGate()
+    timer, fake = _timer_with(gate)
+
+    def boom():
+        raise ValueError("kernel failed")
+    with pytest.raises(ValueError):
+        timer._batch(fake, boom, None, 2, 1.0)
+    assert gate.log == [("close", 7), ("release",)]
+
+
+@pytest.mark.parametrize("gate", [None, FakeGate(accepts=False)])
+def test_without_a_gate_the_batch_waits_behind_the_busy_wait(gate):
+    timer, fake = _timer_with(gate)
+    samples, held = timer._batch(fake, lambda: None, None, 2, 2.0)
+    assert fake.cuda.slept == [2000] and held  # 2 ms at 1000 cycles a ms; query says waiting
+    assert not gate or gate.log == [("close", 7)]  # refused: nothing to release

@@ -9,16 +9,22 @@ host's launch; a host busy with other work did not make it: in the 2026-12-03 su
 0.13-0.15 ms kernels read 7-11% apart between two timings (cross_entropy 0.1360 against
 0.1514 ms, cumsum_rows' default 0.1489 against 0.1360).
 
-So the runs go in batches, each queued behind a GPU busy-wait (``torch.cuda._sleep``)
-sized to outlast the host's queuing of the batch. An event recorded after the wait says
-whether it held: if the GPU had already passed it when the host finished queuing, some
-run may have waited on the host, and the batch is timed again behind a wait twice as
-long. The waits cost GPU time (a few ms a measurement) but not the samples.
+So the runs go in batches, each queued behind a gate the host opens once the whole
+batch is queued: the stream waits on a flag in pinned host memory (``stream_gate``),
+as long as the queuing takes and no longer. Where the driver offers no such wait, a GPU
+busy-wait (``torch.cuda._sleep``) sized to outlast the host's queuing stands in. An event
+recorded after it says whether it held: if the GPU had already passed it when the host
+finished queuing, some run may have waited on the host, and the batch is timed again
+behind a wait twice as long. The busy-waits cost GPU time (a few ms a measurement) but
+not the samples; their length on the wall follows the SM clock of the moment, sized as it
+is in cycles once a process.
 """
 from __future__ import annotations
 
 import time
 from typing import Callable
+
+from . import stream_gate
 
 BATCH = 10            # runs queued behind one wait
 FIRST_WAIT_MS = 1.0   # the least wait; more when the warmup showed a slower host
@@ -55,6 +61,7 @@ class CudaTimer:
         self.batch = batch
         self._flush = None
         self._cycles_per_ms = None
+        self._gate = False  # not opened yet (None: the driver offers none)
         self.retried = 0  # batches timed again, over this timer's life
 
     def __call__(self, fn, warmup: int, reps: int, setup=None) -> list[float]:
@@ -82,19 +89,34 @@ class CudaTimer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         waited = torch.cuda.Event()
-        torch.cuda._sleep(int(wait_ms * self.cycles_per_ms(torch)))
+        gate = self.gate(torch)
+        gated = gate is not None and gate.close(torch.cuda.current_stream().cuda_stream)
+        if not gated:
+            torch.cuda._sleep(int(wait_ms * self.cycles_per_ms(torch)))
         waited.record()
-        for start, end in zip(starts, ends):
-            if setup:
-                setup()
-            if self._flush is not None:
-                self._flush.zero_()
-            start.record()
-            fn()
-            end.record()
-        held = not waited.query()  # the GPU still in the wait: every run was queued
+        try:
+            for start, end in zip(starts, ends):
+                if setup:
+                    setup()
+                if self._flush is not None:
+                    self._flush.zero_()
+                start.record()
+                fn()
+                end.record()
+        finally:
+            if gated:  # (a stream left closed would hang every later sync)
+                gate.release()
+        # the GPU still in the wait when the last run was queued: every run was; a gate
+        # holds until released
+        held = gated or not waited.query()
         torch.cuda.synchronize()
         return [s.elapsed_time(e) for s, e in zip(starts, ends)], held
+
+    def gate(self, torch):
+        """The stream gate (``stream_gate``), opened once; None where the driver has none."""
+        if self._gate is False:
+            self._gate = stream_gate.open(torch)
+        return self._gate
 
     def cycles_per_ms(self, torch) -> float:
         """The busy-wait's clock cycles a millisecond, measured once (the SM clock)."""
