@@ -714,3 +714,23 @@ def test_the_sets_past_two_are_decided_by_the_cached_oracle_alone(monkeypatch):
         got.append(t.artifacts["input_sets"])
     assert seen[0] is not None and seen[0] == seen[1]
     assert got[0] == got[1] == (4 if seen[0] <= timing.CHEAP_ORACLE_S else 2)
+
+
+def test_every_probe_step_follows_the_judges_own_work_on_the_device():
+    """A timed step always follows the judge's work on the device (its inputs varied, its
+    outputs poisoned, a sync); a probe that measures a step's own cost must too, or on a
+    GPU it misses the switch between the two processes' contexts."""
+    from kdsl.search.eval import sandbox as sb
+    box = object.__new__(sb.Sandbox)
+    log = []
+    box._judge_work = lambda: log.append("judge")
+
+    def call(*message):
+        log.append(message)
+        box.last_wall_ms = 2.0 * message[1]
+        return "ok", [1.0] * message[1]
+    box.call = call
+    trip, per_call = box._probe()
+    assert len(log) == 2 * 2 * sb.PROBES
+    assert log[0::2] == ["judge"] * (2 * sb.PROBES)  # before each probe, never after only
+    assert (trip, per_call) == (0.0, 1.0)  # a call of nothing costs 1 ms a call, no more

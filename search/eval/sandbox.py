@@ -78,6 +78,7 @@ class Sandbox:
         self.trip_ms = 0.0       # a step's own cost, measured before any candidate code
         self.call_ms = 0.0       # and a timed call's own cost within a step (the timer)
         self.confinement: dict = {}  # what the process gave up (``lockdown``), as it says
+        self._scratch = None     # the judge's own memory on the GPU, for ``_judge_work``
 
     @property
     def kind(self) -> tuple:
@@ -110,10 +111,26 @@ class Sandbox:
         extra = {1: [], PROBE_CALLS: []}
         for _ in range(PROBES):
             for n in extra:
+                self._judge_work()
                 _, got = self.call("probe", n)
                 extra[n].append(max(0.0, self.last_wall_ms - sum(got)))
         return step_costs(extra[1][-PROBES_KEPT:], extra[PROBE_CALLS][-PROBES_KEPT:],
                           PROBE_CALLS)
+
+    def _judge_work(self) -> None:
+        """What comes before every timed step: the judge's own work on the device (the
+        step's inputs varied and its outputs poisoned, ``RemoteKernel.time``), then a sync.
+        On a GPU the step's first call then waits for the card to switch from the judge's
+        context to the candidate's, so a probe without it measured a step too cheap: on an
+        H100 (2026-12-06, ``bench/wait_clock.py``) a 1 ms wait and a sync took 1.13 ms on
+        the host's wall after another process's small write, 0.98 ms after one of its own."""
+        if self.device != "cuda":
+            return
+        import torch
+        if self._scratch is None:
+            self._scratch = torch.zeros(1024, device="cuda")
+        self._scratch.add_(1)
+        torch.cuda.synchronize()
 
     def call(self, *message):
         """Send one request; its reply, or CandidateFault for what went wrong."""
