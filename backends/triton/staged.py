@@ -8,6 +8,7 @@ defaults at the bench sizes.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 
@@ -34,11 +35,6 @@ def genes(staged: Staged, genes_of) -> tuple[list[Gene], dict]:
 def stage_genome(genome: dict, k: int) -> dict:
     p = prefix(k)
     return {n[len(p):]: v for n, v in genome.items() if n.startswith(p)}
-
-
-# the module-level names of a contraction module (dot_source), renamed per stage
-DOT_NAMES = ("GENOME", "SMEM_DEFAULT", "INDEX64_FROM", "DIMS", "_pow2", "fit", "configure",
-             "_smem", "kernel")
 
 
 def render(staged: Staged, genome: dict, render_stage, render_dot=None
@@ -80,11 +76,41 @@ def _contraction(text: str, k: int) -> tuple[str, list[str]]:
         else:
             rest.append(ln)
     body = "\n".join(rest)
-    for name in DOT_NAMES:
-        new = f"_stage{k}" if name == "kernel" else f"{name}_s{k}"
-        # a name, not an attribute or a string key (cfg["scalars"] stays)
-        body = re.sub(rf"(?<![\w.'\"]){re.escape(name)}\b", new, body)
-    return body.strip("\n") + "\n", heads
+    names, jitted = _module_names(body)
+    lines = body.split("\n")
+    for i, ln in enumerate(lines):
+        if i in jitted:  # a Triton kernel's own parameters and locals keep their names
+            continue
+        for name in names:
+            new = f"_stage{k}" if name == "kernel" else f"{name}_s{k}"
+            # a name, not an attribute, a string key (cfg["scalars"] stays) or a keyword
+            # argument (a kernel's parameter); a binding at the top level is renamed
+            ln = re.sub(rf"^{re.escape(name)}\b", new, ln)
+            ln = re.sub(rf"(?<![\w.'\"]){re.escape(name)}\b(?!\s*=(?!=))", new, ln)
+        lines[i] = ln
+    return "\n".join(lines).strip("\n") + "\n", heads
+
+
+def _module_names(body: str) -> tuple[list[str], set[int]]:
+    """(every name a contraction module binds at its top level but its Triton kernels, which
+    are named per stage already: each is renamed per stage; the lines of those kernels,
+    0-based). A list kept by hand missed the aligned rows' ``_row_dims``, the f32 product's
+    ``F32_PREC`` and the staging's ``STAGED``: an attention's second GEMM redefined the
+    first's, whose launcher then asked for dims it never set."""
+    names, jitted = [], set()
+    for node in ast.parse(body).body:
+        found = []
+        if isinstance(node, ast.FunctionDef):
+            if any("jit" in ast.unparse(d) for d in node.decorator_list):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                jitted |= set(range(first - 1, node.end_lineno))
+            else:
+                found = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found = [t.id for t in targets if isinstance(t, ast.Name)]
+        names += [n for n in found if n not in names]
+    return names, jitted
 
 
 def _main(staged: Staged) -> list[str]:
