@@ -65,9 +65,7 @@ def measure(loads: list[str], mb: int, rounds: int) -> dict:
         out[name] = {"median_ms": round(statistics.median(samples), 4),
                      "min_ms": round(min(samples), 4), "max_ms": round(max(samples), 4),
                      "samples_ms": [round(s, 4) for s in samples]}
-    from kdsl.search.eval import stream_gate
     return {"device": torch.cuda.get_device_name(), "wait_ms_asked": FIRST_WAIT_MS,
-            "stream_gate": stream_gate.open(torch) is not None,
             "cycles": cycles, "loads": out, "step_walls": step_walls(cycles, mb, rounds),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
@@ -146,7 +144,6 @@ def main(argv=None) -> int:
           f"({result['cycles']} cycles) after each load")
     for name, r in result["loads"].items():
         print(f"  {name:5s} median {r['median_ms']:.4f} ms  ({r['min_ms']:.4f}-{r['max_ms']:.4f})")
-    print(f"the timer's stream gate: {'open' if result['stream_gate'] else 'none'}")
     print("the host's wall of the same wait and a sync, right after:")
     for name, r in result["step_walls"].items():
         print(f"  {name:11s} median {r['median_ms']:.4f} ms  ({r['min_ms']:.4f}-"

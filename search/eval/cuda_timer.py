@@ -10,22 +10,22 @@ host's launch; a host busy with other work did not make it: in the 2026-12-03 su
 0.1514 ms, cumsum_rows' default 0.1489 against 0.1360).
 
 So the runs go in batches, each queued behind a GPU busy-wait (``torch.cuda._sleep``)
-sized to outlast the host's queuing of the batch (or, where asked, behind a gate the host
-opens once the whole batch is queued, ``stream_gate``: a wait on a flag in pinned host
-memory, as long as the queuing takes and no longer). An event
+sized to outlast the host's queuing of the batch. An event
 recorded after it says whether it held: if the GPU had already passed it when the host
 finished queuing, some run may have waited on the host, and the batch is timed again
 behind a wait twice as long. The busy-waits cost GPU time (a few ms a measurement) but
 not the samples. (Sized in SM cycles once a process, a 1 ms wait read 0.97-1.00 ms after
 an idle card, a 50 ms pause, a 4 GB copy and a 4096^3 GEMM alike on an H100, 2026-12-06:
-the clock does not lengthen it under load.)
+the clock does not lengthen it under load. A wait on a flag in pinned host memory that
+the host sets once the batch is queued, ``cuStreamWaitValue32``, would last only as long as
+the queuing: tried the same day, it deadlocked every evaluation through the judge, since any
+host-side wait on the stream before the flag is set, a lazily loaded kernel's first launch
+or an ``.item()`` among them, never returns.)
 """
 from __future__ import annotations
 
 import time
 from typing import Callable
-
-from . import stream_gate
 
 BATCH = 10            # runs queued behind one wait
 FIRST_WAIT_MS = 1.0   # the least wait; more when the warmup showed a slower host
@@ -62,7 +62,6 @@ class CudaTimer:
         self.batch = batch
         self._flush = None
         self._cycles_per_ms = None
-        self._gate = False  # not opened yet (None: the driver offers none)
         self.retried = 0  # batches timed again, over this timer's life
 
     def __call__(self, fn, warmup: int, reps: int, setup=None) -> list[float]:
@@ -90,34 +89,19 @@ class CudaTimer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         waited = torch.cuda.Event()
-        gate = self.gate(torch)
-        gated = gate is not None and gate.close(torch.cuda.current_stream().cuda_stream)
-        if not gated:
-            torch.cuda._sleep(int(wait_ms * self.cycles_per_ms(torch)))
+        torch.cuda._sleep(int(wait_ms * self.cycles_per_ms(torch)))
         waited.record()
-        try:
-            for start, end in zip(starts, ends):
-                if setup:
-                    setup()
-                if self._flush is not None:
-                    self._flush.zero_()
-                start.record()
-                fn()
-                end.record()
-        finally:
-            if gated:  # (a stream left closed would hang every later sync)
-                gate.release()
-        # the GPU still in the wait when the last run was queued: every run was; a gate
-        # holds until released
-        held = gated or not waited.query()
+        for start, end in zip(starts, ends):
+            if setup:
+                setup()
+            if self._flush is not None:
+                self._flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        held = not waited.query()  # the GPU still in the wait: every run was queued
         torch.cuda.synchronize()
         return [s.elapsed_time(e) for s, e in zip(starts, ends)], held
-
-    def gate(self, torch):
-        """The stream gate (``stream_gate``), opened once; None where the driver has none."""
-        if self._gate is False:
-            self._gate = stream_gate.open(torch)
-        return self._gate
 
     def cycles_per_ms(self, torch) -> float:
         """The busy-wait's clock cycles a millisecond, measured once (the SM clock)."""
