@@ -734,3 +734,40 @@ def test_every_probe_step_follows_the_judges_own_work_on_the_device():
     assert len(log) == 2 * 2 * sb.PROBES
     assert log[0::2] == ["judge"] * (2 * sb.PROBES)  # before each probe, never after only
     assert (trip, per_call) == (0.0, 1.0)  # a call of nothing costs 1 ms a call, no more
+
+
+def test_an_oracle_that_runs_out_of_device_memory_is_computed_on_the_host(monkeypatch):
+    """The float64 copies of a large point's inputs may not fit beside the judge's sets
+    on a shared GPU; the host computes the oracle then, and the result is the same."""
+    import textwrap
+
+    from kdsl import spec as kspec
+    op = kspec.parse_text(textwrap.dedent("""
+        op rowsum
+          dims M, N
+          in  x: f32 [M, N]
+          out y: f32 [M]
+          y[i] = sum(j) x[i, j]
+          baseline x.sum(dim=1)
+          tolerance f32(rtol=1e-5, atol=1e-5)
+          test  M in 1..4, N in 1..8
+          bench M=4, N=8, dtype=f32
+    """).strip() + "\n", "<t>").ops[0]
+    x = torch.arange(32, dtype=torch.float32).reshape(4, 8)
+    real, seen = timing._oracle_at, []
+
+    def short_on_the_device(op, sizes, dtype, ins, device, hold=None):
+        seen.append(device)
+        if device != "cpu":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
+        return real(op, sizes, dtype, ins, device)
+    monkeypatch.setattr(timing, "_oracle_at", short_on_the_device)
+    got = timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
+    assert seen == ["cuda", "cpu"]
+    assert torch.equal(got["y"], x.double().sum(dim=1).to(got["y"].dtype))
+
+    def broken(op, sizes, dtype, ins, device, hold=None):
+        raise RuntimeError("the baseline raised")
+    monkeypatch.setattr(timing, "_oracle_at", broken)
+    with pytest.raises(RuntimeError, match="baseline raised"):  # not memory: no retry
+        timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
