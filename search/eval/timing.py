@@ -474,7 +474,12 @@ def as_kernel(kernel, timer: Timer):
 # call's sample counts at least its share of its step's wall less exactly those
 # measured costs, with no allowance: a process that forges its own timer (native code can
 # reach anything in it) is then timed by the judge's clock, whose error is the step's own cost
-# varying around its probed median, as likely up as down. An allowance there was a gift: with
+# varying around its probed median, as likely up as down, and a call's own cost: the timer's
+# head start and flush, which a forged timer need not run and could spend working instead
+# (1.15-1.21 ms a call on an H100, 2026-12-06; fed those probed costs, ``judged_calls`` gave
+# a forger of 1.0 ms of work a call, claiming 0.05, 0.25 ms). Only a smaller cost a call
+# narrows that; the source guards keep candidates from native code and side streams
+# meanwhile. An allowance was a gift: with
 # 0.2 ms and 2% of the wall allowed, a kernel that did its real 0.11 ms of work and reported
 # 0.002 ms was believed (a bound of 0) and accepted at 47x. The price is paid by honest kernels
 # whose steps cost more than the probe's (waking a process that waited longer costs more: on
