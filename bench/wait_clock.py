@@ -94,6 +94,7 @@ def step_walls(cycles: int, mb: int, rounds: int) -> dict:
     here, there = ctx.Pipe()
     child = ctx.Process(target=_other, args=(there, mb), daemon=True)
     child.start()
+    there.close()  # (a child that dies then ends the read below instead of hanging it)
     here.recv()
     before = {"nothing": lambda: None,
               "own-small": lambda: (own.add_(1), torch.cuda.synchronize()),
@@ -115,7 +116,8 @@ def step_walls(cycles: int, mb: int, rounds: int) -> dict:
             out[name] = {"median_ms": round(statistics.median(walls), 4),
                          "min_ms": round(min(walls), 4), "max_ms": round(max(walls), 4)}
     finally:
-        here.send("stop")
+        if child.is_alive():
+            here.send("stop")
         child.join(10)
     return out
 

@@ -58,4 +58,3 @@ def test_cuda_timer_times_a_kernel_behind_its_waits():
     timer = CudaTimer(flush_bytes=1 << 20, batch=4)
     samples = timer(lambda: x.mul_(1.0), warmup=2, reps=10)
     assert len(samples) == 10 and all(0 < s < 100 for s in samples)
-

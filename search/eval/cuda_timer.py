@@ -10,10 +10,10 @@ host's launch; a host busy with other work did not make it: in the 2026-12-03 su
 0.1514 ms, cumsum_rows' default 0.1489 against 0.1360).
 
 So the runs go in batches, each queued behind a GPU busy-wait (``torch.cuda._sleep``)
-sized to outlast the host's queuing of the batch. An event
-recorded after it says whether it held: if the GPU had already passed it when the host
-finished queuing, some run may have waited on the host, and the batch is timed again
-behind a wait twice as long. The busy-waits cost GPU time (a few ms a measurement) but
+sized to outlast the host's queuing of the batch. An event recorded after the wait says
+whether it held: if the GPU had already passed it when the host finished queuing, some
+run may have waited on the host, and the batch is timed again behind a wait twice as
+long. The busy-waits cost GPU time (a few ms a measurement) but
 not the samples. (Sized in SM cycles once a process, a 1 ms wait read 0.97-1.00 ms after
 an idle card, a 50 ms pause, a 4 GB copy and a 4096^3 GEMM alike on an H100, 2026-12-06:
 the clock does not lengthen it under load. A wait on a flag in pinned host memory that

@@ -264,7 +264,7 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
     copies of ``ins`` and the outputs moved back: float64 copies take twice the inputs, and
     on an H100 (2026-12-06, three workers) 13 KernelBench problems of 1-8 GiB inputs ran
     out of memory in the timing stage, 9 of them asking for exactly the float64 copy of
-    their largest input (8-16 GiB, with 4-12 free). The host has the memory (the inputs
+    their largest input (2-16 GiB, with 0.6-12.5 free). The host has the memory (the inputs
     are drawn there), and its seconds count against the job's time limit like the
     device's."""
     try:
@@ -273,16 +273,11 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
         if device == "cpu" or not corr.out_of_memory(e):
             raise
     # (past the handler, the failed attempt's frames and their tensors are released)
-    _release_cached(device)
+    import torch
+    torch.cuda.empty_cache()
     back = next(iter(ins.values())).device if ins else device
     got = _oracle_at(op, sizes, dtype, {k: v.cpu() for k, v in ins.items()}, "cpu")
     return {k: v.to(back) for k, v in got.items()}
-
-
-def _release_cached(device: str) -> None:
-    if device == "cuda":
-        import torch
-        torch.cuda.empty_cache()
 
 
 def _oracle_at(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
