@@ -29,10 +29,10 @@ import os
 import re
 import statistics
 import sys
-from concurrent.futures import as_completed
 from datetime import datetime, timezone
 from pathlib import Path
 
+from admission import Ask, admitted  # bench/admission.py
 from script_args import device_name, device_ready  # bench/script_args.py
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,9 +103,10 @@ def contraction_flops(op, sizes: dict) -> int | None:
     return total or None
 
 
-def host_bytes(op, sizes: dict, dtype: str) -> int:
-    """What one worker holds on the host for a problem: its inputs and outputs three
-    times over (drawn, uploaded from, the oracle's) and a GiB besides."""
+def worker_bytes(op, sizes: dict, dtype: str) -> int:
+    """What one worker holds for a problem, on the host and on the device alike: its
+    inputs and outputs three times over (on the host drawn, uploaded from, the oracle's;
+    on the device the timed set, its pristine copy and the candidate's) and a GiB besides."""
     from kdsl.search.eval.floor import allocated_bytes
     return 3 * allocated_bytes(op, sizes, dtype) + (1 << 30)
 
@@ -304,12 +305,12 @@ def main(argv=None) -> int:
             "backend": backend, "versions": versions(), "timeout_s": args.timeout}
     rows: dict[int, dict] = {}
     pool = PoolExecutor(workers=args.workers)
-    # problems whose bench tensors would not fit the host's memory once a worker (each
-    # worker keeps its problem's inputs, and the oracle's, on the host) go to a pool of
-    # as many workers as they fit (instance norm's 7.5 GB input, 8 at a time, was killed)
-    big = PoolExecutor(workers=1)
-    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    futures, jobs = {}, {}
+    # each problem is let in as far as what its worker holds fits the device's memory and
+    # the host's (admission.py); every worker keeps its problem's inputs, and the oracle's,
+    # on the host too (instance norm's 7.5 GB input, 8 at a time, was killed)
+    budgets = (0.9 * device_memory(args.device),
+               0.6 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    asks, jobs = [], {}
     try:
         for number, path in files:
             row = {"problem": number, "family": family(args.level, number),
@@ -338,24 +339,20 @@ def main(argv=None) -> int:
                               reps=20 if args.device == "cuda" else 5,
                               baseline="compile" if args.device == "cuda" else "eager",
                               also_baselines=("eager",) if args.device == "cuda" else ())
-            heavy = host_bytes(op, sizes, dtype) * args.workers > 0.6 * host
             jobs[number] = EvalJob(op, cand, full)
-            futures[(big if heavy else pool).submit(jobs[number])] = number
-        collect(futures, rows, out, meta, started)
-        # a problem that ran out of the device's memory beside other workers gets one more
-        # evaluation alone, once the others are done (its row says so): 14 activations ran
-        # out of an H100's 80 GB at six workers. (Routing by an estimate of each worker's
-        # timed tensors would have run most of level 1 one at a time on an H200, where six
-        # at a time fit.)
-        again = [n for n in futures.values() if out_of_memory(rows[n])]
+            held = worker_bytes(op, sizes, dtype)
+            asks.append(Ask(number, (held if args.device == "cuda" else 0, held)))
+        collect(admitted(asks, lambda n: pool.submit(jobs[n]), budgets, args.workers),
+                rows, out, meta, started)
+        # a problem that ran out of the device's memory beside other workers (the estimate
+        # above is short of what it held) gets one more evaluation alone, once the others
+        # are done (its row says so)
+        again = [n for n in jobs if out_of_memory(rows[n])]
         if again:
-            alone = PoolExecutor(workers=1)
-            try:
-                for n in again:
-                    rows[n]["alone_after"] = rows[n].pop("message")
-                collect({alone.submit(jobs[n]): n for n in again}, rows, out, meta, started)
-            finally:
-                alone.shutdown()
+            for n in again:
+                rows[n]["alone_after"] = rows[n].pop("message")
+            collect(admitted([Ask(n, ()) for n in again], lambda n: pool.submit(jobs[n]),
+                             (), 1), rows, out, meta, started)
         if args.budget > 0:
             search_all(args, rows, files, out, pool, meta, started)
         if args.kernelbench:
@@ -366,16 +363,23 @@ def main(argv=None) -> int:
                                                           number, op, args.device))
     finally:
         pool.shutdown()
-        big.shutdown()
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     print(write(out, dict(meta, date=f"{started} to {now}"), list(rows.values())))
     return 0
 
 
-def collect(futures: dict, rows: dict, out: Path, meta: dict, started: str) -> None:
-    """Each finished evaluation into its problem's row, the table written after each."""
-    for fut in as_completed(futures):
-        number = futures[fut]
+def device_memory(device: str) -> int:
+    """The GPU's memory in bytes (0 on the CPU, where only the host's is budgeted)."""
+    if device != "cuda":
+        return 0
+    import torch
+    return torch.cuda.get_device_properties(0).total_memory
+
+
+def collect(finished, rows: dict, out: Path, meta: dict, started: str) -> None:
+    """Each finished evaluation, (future, problem), into its problem's row, the table
+    written after each."""
+    for fut, number in finished:
         row = rows[number]
         try:
             res = fut.result()

@@ -210,8 +210,8 @@ def test_a_row_whose_baselines_were_held_says_so_in_the_table(tmp_path):
 
 def test_a_problem_out_of_the_devices_memory_is_evaluated_again_alone(tmp_path, monkeypatch):
     """Beside other workers a bench point can run out of the GPU's memory (14 activations
-    on an H100 at six workers); such a row gets one more evaluation in a pool of one, after
-    the others, and keeps what the first said. A fake pool stands in for the evaluations:
+    on an H100 at six workers); such a row gets one more evaluation with nothing else in
+    flight, after the others, and keeps what the first said. A fake pool stands in for the evaluations:
     the first of problem 19 runs out of memory, every later one succeeds."""
     from concurrent.futures import Future
     from types import SimpleNamespace
@@ -243,5 +243,38 @@ def test_a_problem_out_of_the_devices_memory_is_evaluated_again_alone(tmp_path, 
     rows = {r["problem"]: r for r in json.loads((tmp_path / "kernelbench.json").read_text())["rows"]}
     assert rows[19]["ok"] and "out of memory" in rows[19]["alone_after"]
     assert rows[20]["ok"] and "alone_after" not in rows[20]
-    assert calls[-1] == (1, rows[19]["op"]) and len(calls) == 3  # 19 once more, alone
+    assert calls[-1] == (4, rows[19]["op"]) and len(calls) == 3  # 19 once more
+    assert len(pools) == 1
 
+
+
+def test_admission_keeps_what_jobs_in_flight_hold_within_each_budget():
+    """Jobs run together only while their needs fit every budget (and the workers); one
+    over a budget by itself runs alone; a later job that fits goes ahead of one that
+    waits; every job finishes once."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from admission import Ask, admitted
+    needs = {"a": (5, 1), "b": (4, 1), "c": (3, 1), "huge": (20, 1), "d": (1, 9), "e": (1, 1)}
+    lock, flight, seen = threading.Lock(), set(), []
+
+    def work(key):
+        with lock:
+            flight.add(key)
+            seen.append(sorted(flight))
+        time.sleep(0.05)
+        with lock:
+            flight.discard(key)
+        return key
+
+    with ThreadPoolExecutor(8) as ex:
+        order = [fut.result() for fut, _ in admitted(
+            [Ask(k, v) for k, v in needs.items()], lambda k: ex.submit(work, k),
+            budgets=(10, 10), at_once=3)]
+    assert sorted(order) == sorted(needs)
+    for group in seen:
+        assert sum(needs[k][0] for k in group) <= 10 or group == ["huge"]
+        assert sum(needs[k][1] for k in group) <= 10 and len(group) <= 3
+    assert ["huge"] in seen
+    assert order.index("e") < order.index("huge")  # e fit beside a and b; huge waited
