@@ -766,8 +766,62 @@ def test_an_oracle_that_runs_out_of_device_memory_is_computed_on_the_host(monkey
     assert seen == ["cuda", "cpu"]
     assert torch.equal(got["y"], x.double().sum(dim=1).to(got["y"].dtype))
 
+    seen.clear()
+
+    def library_short(op, sizes, dtype, ins, device, hold=None):  # cuBLAS's own words
+        seen.append(device)
+        if device != "cpu":
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate")
+        return real(op, sizes, dtype, ins, device)
+    monkeypatch.setattr(timing, "_oracle_at", library_short)
+    got = timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
+    assert seen == ["cuda", "cpu"] and torch.equal(got["y"], x.double().sum(dim=1))
+
     def broken(op, sizes, dtype, ins, device, hold=None):
+        seen.append(device)
         raise RuntimeError("the baseline raised")
     monkeypatch.setattr(timing, "_oracle_at", broken)
-    with pytest.raises(RuntimeError, match="baseline raised"):  # not memory: no retry
+    seen.clear()
+    with pytest.raises(RuntimeError, match="baseline raised"):  # the host's failure is the oracle's
         timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
+    assert seen == ["cuda", "cpu"]
+
+
+def test_an_oracle_the_device_has_no_room_for_stays_on_the_host_and_still_judges():
+    """Moving a host oracle's outputs to the device can run out of memory in turn (a 12 GiB
+    float64 output, H100, 2026-12-06): they stay on the host, and the comparison brings them
+    over a chunk at a time, wrong outputs still found wrong."""
+    import textwrap
+
+    from kdsl import spec as kspec
+    from search.eval import baseline_precision
+    op = kspec.parse_text(textwrap.dedent("""
+        op double
+          dims N
+          in  x: f32 [N]
+          out y: f32 [N]
+          y[i] = 2 * x[i]
+          baseline 2 * x
+          tolerance f32(rtol=1e-5, atol=1e-5)
+          test  N in 1..8
+          bench N=8, dtype=f32
+    """).strip() + "\n", "<t>").ops[0]
+
+    class NoRoom:  # a tensor whose move to the device runs out of memory
+        def __init__(self, t):
+            self.t = t
+
+        def to(self, device):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
+
+    kept = {"y": NoRoom(torch.ones(3))}
+    assert timing.on_device_if_room(kept, "cuda")["y"] is kept["y"]
+    with pytest.raises(RuntimeError, match="device string"):  # anything but memory shows
+        timing.on_device_if_room({"y": torch.ones(3)}, "no such device")
+    ref = {"y": torch.arange(100_000, dtype=torch.float64) * 2}
+    good = {"y": torch.arange(100_000, dtype=torch.float32) * 2}
+    bad = {"y": good["y"].clone()}
+    bad["y"][1] += 1
+    assert timing.close_on_device(op, "f32", good, ref)[0] is True
+    assert timing.close_on_device(op, "f32", bad, ref)[0] is False
+    assert baseline_precision._max_error(bad["y"], ref["y"]) == 1.0

@@ -122,7 +122,7 @@ def _max_error(g, r) -> float:
     chunk = COMPARE_CHUNK["cuda" if g.is_cuda else "cpu"]
     worst = 0.0
     for at in range(0, g.numel(), chunk):
-        d = (g[at:at + chunk].double() - r[at:at + chunk].double()).abs()
+        d = (g[at:at + chunk].double() - r[at:at + chunk].to(g.device).double()).abs()
         worst = max(worst, float(torch.nan_to_num(d, nan=float("inf")).max()))
     return worst
 

@@ -47,7 +47,9 @@ def out_of_memory(e: BaseException) -> bool:
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
         return True
     text = str(e)
-    return "out of memory" in text or "can't allocate memory" in text
+    # cuBLAS, cuDNN and cuFFT say it in their own words
+    return any(w in text for w in ("out of memory", "can't allocate memory", "ALLOC_FAILED",
+                                   "NOT_ENOUGH_WORKSPACE"))
 
 
 # ---- tensors ---------------------------------------------------------------

@@ -198,6 +198,9 @@ class Sandbox:
         tail = self.log_tail()
         fatal = tail.rfind("Fatal Python error")  # faulthandler's report: where it died
         shown = tail[fatal:fatal + 1500] if fatal >= 0 else tail[-600:]
+        # the log's last line (a traceback's exception) first: a one-line report keeps it
+        last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "")
+        what += f" ({last[:300]})" if last and fatal < 0 else ""
         return what + (f"; its log: {shown.strip()}" if shown.strip() else "")
 
     def log_tail(self) -> str:

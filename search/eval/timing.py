@@ -248,7 +248,7 @@ def oracle(op: ir.Op, case: cases.Case, device: str, hold=contextlib.nullcontext
             _ORACLES[key] = (None, f"float64 oracle failed ({type(e).__name__}: {e}); checked "
                                    f"that every element was written only")
     kept, note = _ORACLES[key]
-    return (None if kept is None else {k: v.to(device) for k, v in kept.items()}), note
+    return (None if kept is None else on_device_if_room(kept, device)), note
 
 
 # seconds computing each cached oracle (the first of its point in this process, so every
@@ -260,24 +260,39 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
               hold=contextlib.nullcontext) -> dict:
     """The spec's baseline on float64 copies of ``ins`` (on the device), uncached.
 
-    Where the device runs out of memory for those copies, they are made on the host from
-    copies of ``ins`` and the outputs moved back: float64 copies take twice the inputs, and
-    on an H100 (2026-12-06, three workers) 13 KernelBench problems of 1-8 GiB inputs ran
-    out of memory in the timing stage, 9 of them asking for exactly the float64 copy of
-    their largest input (2-16 GiB, with 0.6-12.5 free). The host has the memory (the inputs
-    are drawn there), and its seconds count against the job's time limit like the
-    device's."""
+    Where the device fails at it (out of memory for those copies, or a library's own
+    allocation failure), they are made on the host from copies of ``ins`` and the outputs
+    stay there unless the device has room for them (``close_on_device`` compares across
+    devices a chunk at a time): float64 copies take twice the inputs, and on an H100
+    (2026-12-06, three workers) 13 KernelBench problems of 1-8 GiB inputs ran out of memory
+    in the timing stage, 9 of them asking for exactly the float64 copy of their largest
+    input (2-16 GiB, with 0.6-12.5 free); at four workers the same day, moving a host
+    oracle's 12 GiB output back to the device ran out of memory in turn. The host has the
+    memory (the inputs are drawn there), and its seconds count against the job's time limit
+    like the device's. Only a failure on the host as well is the oracle's."""
     try:
         return _oracle_at(op, sizes, dtype, ins, device, hold)
-    except Exception as e:
-        if device == "cpu" or not corr.out_of_memory(e):
+    except Exception:
+        if device == "cpu":
             raise
     # (past the handler, the failed attempt's frames and their tensors are released)
     import torch
     torch.cuda.empty_cache()
     back = next(iter(ins.values())).device if ins else device
     got = _oracle_at(op, sizes, dtype, {k: v.cpu() for k, v in ins.items()}, "cpu")
-    return {k: v.to(back) for k, v in got.items()}
+    return on_device_if_room(got, back)
+
+
+def on_device_if_room(tensors: dict, device) -> dict:
+    """``tensors`` on ``device``, or where they are if it has no room for them."""
+    try:
+        return {k: v.to(device) for k, v in tensors.items()}
+    except Exception as e:
+        if not corr.out_of_memory(e):
+            raise
+    import torch
+    torch.cuda.empty_cache()
+    return dict(tensors)
 
 
 def _oracle_at(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
@@ -326,7 +341,9 @@ COMPARE_CHUNK = {"cpu": 1 << 18, "cuda": 1 << 25}
 
 
 def close_on_device(op: ir.Op, dtype: str, outs: dict, ref: dict) -> tuple[bool | None, float]:
-    """(all within tolerance?, max abs error), on the device; None when only compare can tell."""
+    """(all within tolerance?, max abs error), on the outputs' device (a reference kept on
+    the host, where the device had no room for it, comes over a chunk at a time); None when
+    only compare can tell."""
     worst = 0.0
     for t in op.outputs:
         g, r = outs[t.name], ref[t.name]
@@ -335,7 +352,7 @@ def close_on_device(op: ir.Op, dtype: str, outs: dict, ref: dict) -> tuple[bool 
         chunk = COMPARE_CHUNK["cuda" if g.is_cuda else "cpu"]
         g, r = g.reshape(-1), r.reshape(-1)
         for at in range(0, g.numel(), chunk):
-            ok, error = _close(op, dtype, g[at:at + chunk], r[at:at + chunk])
+            ok, error = _close(op, dtype, g[at:at + chunk], r[at:at + chunk].to(g.device))
             if not ok:
                 return False, worst
             worst = max(worst, error)
