@@ -103,12 +103,21 @@ def contraction_flops(op, sizes: dict) -> int | None:
     return total or None
 
 
-def worker_bytes(op, sizes: dict, dtype: str) -> int:
-    """What one worker holds for a problem, on the host and on the device alike: its
-    inputs and outputs three times over (on the host drawn, uploaded from, the oracle's;
-    on the device the timed set, its pristine copy and the candidate's) and a GiB besides."""
+def host_bytes(op, sizes: dict, dtype: str) -> int:
+    """What one worker holds on the host for a problem: its inputs and outputs three
+    times over (drawn, uploaded from, the oracle's) and a GiB besides."""
     from kdsl.search.eval.floor import allocated_bytes
     return 3 * allocated_bytes(op, sizes, dtype) + (1 << 30)
+
+
+def device_bytes(op, sizes: dict, dtype: str) -> int:
+    """What one worker holds on the GPU for a problem: its inputs and outputs four times
+    over (the judge's timed set, its pristine copy and kept snapshot; the candidate's
+    process's copy) and a GiB besides; the float64 oracle moves to the host where it does
+    not fit (``timing.oracle_of``). Three times over was short: on an H100 (2026-12-06)
+    an activation of 6.4 GB in and out ran out of memory beside small problems."""
+    from kdsl.search.eval.floor import allocated_bytes
+    return 4 * allocated_bytes(op, sizes, dtype) + (1 << 30)
 
 
 def evaluated(rows: list[dict]) -> set[int]:
@@ -340,8 +349,8 @@ def main(argv=None) -> int:
                               baseline="compile" if args.device == "cuda" else "eager",
                               also_baselines=("eager",) if args.device == "cuda" else ())
             jobs[number] = EvalJob(op, cand, full)
-            held = worker_bytes(op, sizes, dtype)
-            asks.append(Ask(number, (held if args.device == "cuda" else 0, held)))
+            on_gpu = device_bytes(op, sizes, dtype) if args.device == "cuda" else 0
+            asks.append(Ask(number, (on_gpu, host_bytes(op, sizes, dtype))))
         collect(admitted(asks, lambda n: pool.submit(jobs[n]), budgets, args.workers),
                 rows, out, meta, started)
         # a problem that ran out of the device's memory beside other workers (the estimate
