@@ -153,6 +153,18 @@ STAGED_OPS = {"conv1d": None, "conv2d_grouped_bias": dict(B=2, CI=6, CO=9, G=3, 
                                                          S=2, P=1, D=1),
               "conv_transposed1d": None, "matmul": None,
               "conv_pad_one": dict(CI=5, CO=7, L=19, KW=3, P=2, LO=21)}
+# ops whose window the K_TABLE gene reads through K-offset tables: 1-D, 2-D grouped and 3-D,
+# with stride, padding (zeros and ones) and dilation; each at sizes whose reads leave the
+# input (bounds compared) and sizes where none can (the compares skipped)
+TABLE_OPS = {
+    "conv1d": [dict(B=2, CI=7, CO=19, L=37, KW=5, P=2, LO=37),
+               dict(B=1, CI=3, CO=5, L=20, KW=3, P=0, LO=18)],
+    "conv_pad_one": [dict(CI=5, CO=7, L=19, KW=3, P=2, LO=21)],
+    "conv2d_grouped_bias": [dict(B=2, CI=6, CO=9, G=3, H=7, W=9, K=3, S=2, P=1, D=2),
+                            dict(B=2, CI=4, CO=6, G=2, H=8, W=7, K=2, S=1, P=0, D=1)],
+    "conv3d_strided_dilated": [dict(B=2, CI=3, CO=5, D=6, H=5, W=7, K=3, S=2, P=1, DL=2),
+                               dict(B=1, CI=2, CO=3, D=5, H=6, W=4, K=2, S=1, P=0, DL=1)],
+}
 FIT_GENES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 TMA_OPS = ("matmul", "matmul_bias_relu", "partial_nt")  # plain 2-D factors, dims M, N, K
 ALIGNED_OPS = {"matmul": dict(M=37, N=19, K=45), "bmm_nt_gate": dict(Z=2, M=17, N=19, K=45),
@@ -335,7 +347,7 @@ def test_im2col_unfolds_a_window_read_affinely_and_nothing_else():
     assert linear(parse_expr("P - o"), indices) is None  # a negative coefficient
 
 
-@pytest.mark.parametrize("genes", [{"IM2COL": 1}, {"STAGE": 1, "K_SCALAR": 2},
+@pytest.mark.parametrize("genes", [{"IM2COL": 1}, {"K_TABLE": 1}, {"STAGE": 1, "K_SCALAR": 2},
                                    {"STAGE": 1, "K_SCALAR": 2, "ALIGN": 1},
                                    {"IM2COL": 1, "SWAP": 1, "FLATTEN": 0}])
 def test_layout_copies_pass_the_evaluators_guards(genes):
@@ -344,6 +356,54 @@ def test_layout_copies_pass_the_evaluators_guards(genes):
     for name in ("conv2d_grouped_bias", "conv_pad_one", "conv3d_strided_dilated"):
         found = guards.check(td.render(find_op(name), genes), "python", "triton")
         assert not found, (name, genes, found)
+
+
+def _loop_of(src: str, kernel: str) -> list[str]:
+    """The lines of ``kernel``'s K loop in a rendered module."""
+    body = src.split(f"def {kernel}(")[1].split("\n\n")[0].splitlines()
+    start = next(i for i, ln in enumerate(body) if ln.strip().startswith("for k0 in range"))
+    indent = len(body[start]) - len(body[start].lstrip())
+    end = next((i for i in range(start + 1, len(body))
+                if body[i].strip() and len(body[i]) - len(body[i].lstrip()) <= indent),
+               len(body))
+    return body[start:end]
+
+
+@pytest.mark.parametrize("name", ["conv1d", "conv_pad_one", "conv2d_grouped_bias",
+                                  "conv3d_strided_dilated"])
+def test_k_tables_leave_no_division_in_the_k_loop(name):
+    # the taps decoded once, by the table kernel; the loop reads offsets and adds
+    op = find_op(name)
+    assert "K_TABLE" in {g.name for g in td.genes(op, "cuda")}
+    src = td.render(op, {"K_TABLE": 1})
+    kernel = "kdsl_" + op.name
+    loop = _loop_of(src, kernel)
+    assert any("tl.load(tab_b + kk)" in ln or "tl.load(tab_a + kk)" in ln for ln in loop)
+    assert not [ln for ln in loop if "%" in ln or "//" in ln or "floordiv" in ln
+                or "floormod" in ln], loop
+    assert f"def {kernel}_ktab(" in src  # the tables are filled on the device
+    # the plain window loop decodes its lanes by division
+    plain = _loop_of(td.render(op, {"K_TABLE": 0, "K_SCALAR": 0}), kernel)
+    assert any("%" in ln for ln in plain)
+    # a guarded window (a transposed convolution's stride test): not offered
+    assert "K_TABLE" not in {g.name for g in td.genes(find_op("conv_transposed1d"), "cuda")}
+
+
+def test_k_tables_are_the_default_where_taps_ride_the_lanes():
+    # few channels (3): the taps stay in the K lanes, nothing to stage channels-last
+    for n in ("50", "59"):
+        op = kernelbench_op(n)
+        d = td.defaults(op, "cuda")
+        assert d["K_TABLE"] == 1 and d["K_SCALAR"] == 0 and not d.get("STAGE"), (n, d)
+        assert "kdsl_" + op.name + "_ktab" in td.render(op, {})
+    # many channels (64): taps as scalars, the channels staged innermost, no tables
+    d = td.defaults(kernelbench_op("55"), "cuda")
+    assert d["K_TABLE"] == 0 and d["STAGE"] == 1 and d["K_SCALAR"] == 2
+
+
+def kernelbench_op(number: str) -> ir.Op:
+    path, = (ROOT / "specs" / "kernelbench" / "level1").glob(f"{number}_*.kspec")
+    return load(path).ops[0]
 
 
 def parse_expr(text: str) -> ir.Expr:
@@ -458,6 +518,18 @@ def interp_jobs() -> list[dict]:
                              dtype="f32", seed=len(jobs), sizes=sizes, strided=True))
             jobs.append(dict(op=name, label="im2col", genome=g, dtype="f32", seed=len(jobs),
                              sizes=sizes, offset=True))  # views into a larger buffer
+        if name in TABLE_OPS:
+            # the whole reduction one flat K axis, addresses from K-offset tables; bounds
+            # compared where a read can leave the input; int64 offsets and strided inputs;
+            # positions on M
+            g = dict(td.defaults(op, "cuda"), K_TABLE=1)
+            for k, sizes in enumerate(TABLE_OPS[name]):
+                for dt in ("f32", "f16"):
+                    jobs.append(dict(op=name, label="table", genome=g, dtype=dt,
+                                     seed=len(jobs), sizes=sizes))
+                jobs.append(dict(op=name, label="table", genome=dict(g, SWAP=1, FLATTEN=0)
+                                 if k else g, dtype="f32", seed=len(jobs), sizes=sizes,
+                                 idx64=True, strided=True))
         if name == "matmul":  # one TF32 product a step (the interpreter multiplies in f32)
             g = dict(td.defaults(op, "cuda"), F32_DOT="tf32", BLOCK_M=32, BLOCK_N=32,
                      BLOCK_K=16)
@@ -679,6 +751,9 @@ def static_compile(mod, op: ir.Op, sizes: dict, dtype: str, backend: str, idx64=
                 signature[arg] = f"tensordesc<{TRITON_TYPES[dtype]}%s>" % list(blocks[layout[arg]])
             else:
                 signature[arg], constexprs[arg] = "constexpr", None
+        elif arg == "k_tab":  # the K-offset tables (int32 offsets, or int64 under IDX64)
+            signature[arg] = "*i64" if idx64 else "*i32"
+            attrs[(i,)] = [["tt.divisibility", 16]]
         elif arg.startswith("t_"):
             try:
                 kind = op.dtype_of(arg[2:], dtype)

@@ -20,7 +20,7 @@ from kdsl.sizes import evaluate, shape_of
 
 from kdsl.backends.base import Gene, Genome, Unsupported
 from kdsl.backends.lower.groups import split_groups
-from kdsl.backends.triton import dot_im2col, dot_phases, dot_staging
+from kdsl.backends.triton import dot_im2col, dot_phases, dot_staging, dot_table
 from kdsl.backends.triton.dot_plan import Contraction, NotAContraction, analyze, swapped
 from kdsl.backends.triton.dot_source import (k_split, render_module, split_axes, splittable,
                                              tma_layout, window_axes)
@@ -79,6 +79,13 @@ def genes(op: ir.Op, device: str) -> list[Gene]:
         out.append(Gene("K_SCALAR", tuple(range(len(window_axes(plan)) + 1)), ordered=True,
                         doc="window (tap) axes run as scalars in an outer loop, outermost "
                             "first; the rest of the reduction is tiled by BLOCK_K"))
+    if _tabled(op, plan):
+        out.append(Gene("K_TABLE", (0, 1), doc="1: the whole reduction one flat K axis, "
+                        "each factor's address a tile offset (once a program) plus a K offset "
+                        "read from a table the launcher fills, bounds one unsigned compare a "
+                        "checked subscript, made only where some read can leave its tensor: "
+                        "no lane decoded by division in the loop (K_SCALAR is then moot); "
+                        "0: the taps decoded from the lanes or run as scalars"))
     if _swappable(plan):
         out.append(Gene("SWAP", (0, 1), doc="1: the factors' roles exchanged (the output's "
                         "contiguous axis on M), for an N side too narrow for the tensor "
@@ -154,6 +161,10 @@ def _split(programs: int, k_blocks: int) -> int:
     return split
 
 
+def _tabled(op: ir.Op, plan: Contraction) -> bool:
+    return dot_table.find(split_groups(op, proven=True).op, plan) is not None
+
+
 def _unfoldable(op: ir.Op, plan: Contraction) -> bool:
     return dot_im2col.find(op, plan) is not None
 
@@ -208,6 +219,15 @@ def defaults(op: ir.Op, device: str) -> Genome:
         orders = dot_staging.permutations(op, plan, k_split(plan, g.get("K_SCALAR", 0))[1])
         g["STAGE"] = int(bool(orders) and (bool(windows) or (
             f32_cores and _pays_for_copies(op, plan, orders, sizes))))
+    if _tabled(op, plan):
+        # too few channels to stage: the taps stay in the K lanes, where the plain loop
+        # decodes each with % and // and checks its bounds per element at every step
+        # (sm_90, KernelBench's 3-channel convolutions: 1180-1740 instructions a step, the
+        # staged ones 315-629); the tables leave a load and an add a factor
+        in_lanes = any(ax in windows for ax in k_split(plan, g.get("K_SCALAR", 0))[1])
+        g["K_TABLE"] = int(in_lanes and not g.get("STAGE"))
+        if g["K_TABLE"]:
+            g["K_SCALAR"] = 0  # (moot: the whole reduction is the flat K axis)
     if len(plan.m) > 1 or len(plan.n) > 1:
         inner = [_extent(axes[-1:], sizes) for axes in (plan.m, plan.n) if len(axes) > 1]
         g["FLATTEN"] = int(min(inner) < 128)
@@ -297,7 +317,8 @@ def render(op: ir.Op, genome: Genome) -> str:
         plan = oriented(analyze(unfolded), full)
         return render_module(unfolded, plan, full, split.exact, {}, unfold)
     orders, rows = {}, {}
-    k_inner = k_split(plan, int(full.get("K_SCALAR", 0)))[1]
+    # with the tables, the whole reduction is the tiled K axis
+    k_inner = k_split(plan, 0 if full.get("K_TABLE") else int(full.get("K_SCALAR", 0)))[1]
     if full.get("STAGE"):
         orders = dot_staging.permutations(op, plan, k_inner)
         op = dot_staging.staged_op(op, orders)
@@ -307,7 +328,8 @@ def render(op: ir.Op, genome: Genome) -> str:
         op, rows = dot_staging.aligned_op(op, dot_staging.k_major_factors(op, plan, k_inner))
         plan = oriented(_plan(op), full)
         split = split_groups(op, proven=True)
-    return render_module(split.op, plan, full, split.exact, orders, rows=rows)
+    table = dot_table.find(split.op, plan) if full.get("K_TABLE") else None
+    return render_module(split.op, plan, full, split.exact, orders, rows=rows, table=table)
 
 
 def _swappable(plan: Contraction) -> bool:

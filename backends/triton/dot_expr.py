@@ -35,6 +35,14 @@ def _kdsl_floormod(a, b):
     r = a - q * b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 ''',
+    "below": '''@triton.jit
+def _kdsl_below(v, n):
+    # 0 <= v < n in one unsigned compare: a negative v wraps past any extent
+    if v.dtype == tl.int64:
+        return v.to(tl.uint64) < n
+    else:
+        return v.to(tl.uint32) < n
+''',
     # libdevice's on a GPU, a portable form in the interpreter (helpers.py); the module
     # reads the 'gpu' block's constants only when a kernel compiles, so its order is free
     **{h: shared.HELPERS[h] for h in ("gpu", "log1p", "expm1")},

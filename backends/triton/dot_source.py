@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from kdsl import ir
 
-from kdsl.backends.triton import dot_im2col, dot_phases
+from kdsl.backends.triton import dot_im2col, dot_phases, dot_table
 from kdsl.backends.triton.dot_staging import row_dim
 from kdsl.backends.triton.dot_expr import HELPERS, Run, TileScope, broadcast_kind, join_by_kind
 from kdsl.backends.triton.dot_plan import Axis, Contraction
@@ -96,41 +96,47 @@ def tensors(plan: Contraction) -> list[str]:
 
 
 def render_module(op: ir.Op, plan: Contraction, genome: dict, exact=(), staged=None,
-                  unfold=None, rows=None) -> str:
+                  unfold=None, rows=None, table=None) -> str:
     """The module; ``exact``: (extent, block) pairs of output axes viewed split in two
     (``lower.groups``), which the launcher checks divide before it trusts the view;
     ``staged``: {input: the permutation of its axes the launcher copies it into}, which
     ``op`` already reads (``dot_staging``); ``unfold``: the windowed factor the launcher
     unfolds (``dot_im2col``), which ``op`` already reads unfolded; ``rows``: {input: its rows'
     own length} for those the launcher aligns (``dot_staging.aligned_op``), which ``op``
-    already reads so."""
+    already reads so; ``table``: the K-offset tables (``dot_table``) the K loop reads, the
+    whole reduction one flat K axis."""
     batch, m, n = split_axes(plan, bool(genome.get("FLATTEN", 1)))
     name = "kdsl_" + "".join(c if c.isalnum() else "_" for c in op.name)
     helpers: set[str] = set()
     tma = tma_layout(plan)
-    k_outer, k_inner = k_split(plan, int(genome.get("K_SCALAR", 0)))
+    k_outer, k_inner = k_split(plan, 0 if table else int(genome.get("K_SCALAR", 0)))
     phases = dot_phases.find(plan, batch, m, n, k_outer) if genome.get("PHASES", 1) else []
     split = int(genome.get("SPLIT_K", 1)) > 1 and splittable(plan, k_outer) and not phases
     body = _kernel_body(op, plan, batch, m, n, helpers, tma, genome.get("F32_DOT", "ieee"),
-                        k_outer, k_inner, phases, split)
+                        k_outer, k_inner, phases, split, table)
     ptrs = [f"t_{t}" for t in tensors(plan)] + (["t_ws"] if split else []) + \
-        (["desc_a", "desc_b"] if tma else [])
+        (["desc_a", "desc_b"] if tma else []) + (["k_tab"] if table else [])
     dims = [f"d_{d}" for d in op.dims]
     params = ptrs + dims + ["n_b", "n_m", "n_n", "n_k", "n_t", "ph_t"] + (
-        ["k_chunk", "n_split", "ws_stride"] if split else []) + [
+        ["k_chunk", "n_split", "ws_stride"] if split else []) + (
+        ["n_kt"] if table else []) + [
         f"{c}: tl.constexpr" for c in
         ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "IDX64", "IEEE", "SHARE",
          "F32_PREC")
-        + (("TMA",) if tma else ()) + (("PARTIAL", "COMBINE") if split else ())]
+        + (("TMA",) if tma else ()) + (("PARTIAL", "COMBINE") if split else ())
+        + (("CHECK_A", "CHECK_B") if table else ())]
     sig = _wrap(f"def {name}(", params, "):")
+    tabling = dot_table.table_kernel(op, table, name + "_ktab", helpers) if table else ""
     parts = [_HEADER.format(op=op.name) + (_TMA_IMPORT if tma else "")]
     parts += [HELPERS[h] for h in sorted(helpers)]
     parts.append("@triton.jit\n" + sig + "\n" + "\n".join("    " + ln if ln else "" for ln in body))
+    if tabling:
+        parts.append(tabling)
     unfolding = dot_im2col.launcher_code(unfold, _host) if unfold is not None else ("", "")
     if unfolding[0]:
         parts.append(unfolding[0])
     parts.append(_launcher(op, plan, batch, m, n, name, genome, tma, exact, k_outer, k_inner,
-                           phases, staged or {}, unfolding[1], split, rows or {}))
+                           phases, staged or {}, unfolding[1], split, rows or {}, table))
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
@@ -210,7 +216,7 @@ _SPLIT_COMBINE = ["if COMBINE:",
 
 def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
                  f32: str = "ieee", k_outer=(), k_inner=None, phases=(),
-                 split: bool = False) -> list[str]:
+                 split: bool = False, table=None) -> list[str]:
     dims = TileScope(op, {}, helpers=helpers)
     body = list(_PROLOGUE)
     body += _decompose("pid_b", batch, dims)
@@ -236,9 +242,12 @@ def _kernel_body(op, plan: Contraction, batch, m, n, helpers, tma=None,
     scalar = {ax.name: f"i_{ax.name}" for ax in batch}
     rows = {ax.name: f"i_{ax.name}[:, None]" for ax in m}
     cols = {ax.name: f"i_{ax.name}[None, :]" for ax in n}
-    loop = _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma, f32,
-                   list(k_outer), list(plan.k if k_inner is None else k_inner),
-                   list(phases), split)
+    if table is not None:
+        loop = dot_table.k_loop(op, table, batch, m, n, helpers, _dot(f32))
+    else:
+        loop = _k_loop(op, plan, m, n, scalar, rows, cols, run_m, run_n, helpers, tma, f32,
+                       list(k_outer), list(plan.k if k_inner is None else k_inner),
+                       list(phases), split)
     out = TileScope(op, {**scalar, **rows, **cols}, helpers=helpers, runs=(run_m, run_n))
     tail = _epilogue(plan, m, n, out)
     if not split:
@@ -470,7 +479,7 @@ def _product(axes) -> str:
 
 def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=None,
               exact=(), k_outer=(), k_inner=None, phases=(), staged=None,
-              unfolding: str = "", split: bool = False, rows=None) -> str:
+              unfolding: str = "", split: bool = False, rows=None, table=None) -> str:
     names = tensors(plan)
     ins = [t for t in names if t != plan.target]
     a, b = plan.a.tensor, plan.b.tensor
@@ -487,9 +496,14 @@ def _launcher(op, plan: Contraction, batch, m, n, name: str, genome: dict, tma=N
         descs = _DESCRIPTORS.format(a=a, b=b, la=tma[0], lb=tma[1])
     if split:
         gen += f', "SPLIT_K": {int(genome["SPLIT_K"])}'
+    if table:
+        args += ", k_tab"
     launch = (_SPLIT_LAUNCH if split else _LAUNCH).format(name=name, args=args)
     return _LAUNCHER.format(
         launch=launch, split_cfg=_SPLIT_CFG if split else "",
+        table_cfg=dot_table.configure_code(table, _host, batch + m + n) if table else "",
+        table_helpers=dot_table.HELPERS if table else "",
+        table_build=dot_table.build_code(table, name + "_ktab") if table else "",
         aligned=_ALIGNED.format(rows=", ".join(f'"{t}": "{row_dim(t)}"' for t in rows))
         if rows else "",
         row_dims=_ROW_DIMS.format(rows="".join(
@@ -548,7 +562,7 @@ STAGED = {{{staged}}}
 
 def _pow2(n):
     return 1 << max(int(n) - 1, 0).bit_length()
-{row_dims}
+{row_dims}{table_helpers}
 
 def fit(n_m, n_n, n_k, itemsize, smem):
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_stages): the genome clamped to the problem and device."""
@@ -591,7 +605,7 @@ def configure(sizes, itemsize, smem=SMEM_DEFAULT, idx64=False, ieee=False):
                       F32_PREC=F32_PREC,
                       EVEN_K=n_k % bk == 0, IDX64=idx64, IEEE=ieee,
                       SHARE=n_m == n_n and bm == bn and n_m <= bm)
-{split_cfg}    return dict(grid=grid, scalars=scalars, constexprs=constexprs,
+{split_cfg}{table_cfg}    return dict(grid=grid, scalars=scalars, constexprs=constexprs,
                 num_warps=GENOME["num_warps"], num_stages=stages)
 
 
@@ -614,7 +628,7 @@ def kernel(inputs, outputs, sizes):
     if cfg is not None and dst.device.type == "cpu" and F32_PREC not in INTERPRETED_PRECS:
         cfg["constexprs"]["F32_PREC"] = "tf32x3"  # the interpreter's nearest: f32 either way
     if cfg is not None:
-{descs}{launch}    if dst is not out:
+{descs}{table_build}{launch}    if dst is not out:
         out.copy_(dst)
 '''
 
