@@ -27,9 +27,11 @@ from kdsl import extras, ir
 
 from kdsl.backends.base import BuildError, Built, Gene, Genome, Space, Unsupported
 from kdsl.backends.triton.kernel import divisor_dims, module
+from kdsl.backends.lower.attention import match as match_attention
 from kdsl.backends.lower.scans import ranges_as_scans
 from kdsl.backends.lower.stages import Staged, recomputed, split
 from kdsl.backends.triton.plan import SEG, Plan, make_plan
+from kdsl.backends.triton import attention as triton_attention
 from kdsl.backends.triton import staged
 from kdsl.backends.triton import rows as triton_rows
 from kdsl.backends.triton import sort as triton_sort
@@ -92,6 +94,7 @@ class TritonBackend:
             genes, defaults = staged.genes(lowered, lambda sub: _stage_genes(sub, device))
         else:
             genes, defaults = _genes(_canonical(op), lowered, _bench_sizes(op))
+        genes, defaults = _with_attention(op, genes, defaults)
         if device != "cuda":  # a register cap means nothing to the interpreter
             genes = [g for g in genes if g.name.rpartition(".")[2] != "maxnreg"]
             defaults = {k: v for k, v in defaults.items()
@@ -104,6 +107,8 @@ class TritonBackend:
         if lowered is CONTRACTION:
             return _dot().render(op, genome)
         genome = self.space(op, device).complete(genome)
+        if genome.get("ATTENTION") == "fused":
+            return triton_attention.render(op, _attention(op), genome)
         shown = ", ".join(f"{k}={v}" for k, v in sorted(genome.items()))
         if isinstance(lowered, Staged):
             kernels, helpers, launcher, heads = staged.render(
@@ -197,6 +202,30 @@ class TritonBackend:
             [alias[fn.__name__], repr(grid), [_arg(a) for a in args],
              sorted((k, repr(v)) for k, v in kw.items())] for fn, grid, args, kw in calls])
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+@lru_cache(maxsize=256)
+def _attention(op: ir.Op):
+    return match_attention(op)
+
+
+def _with_attention(op: ir.Op, genes: list, defaults: dict) -> tuple[list, dict]:
+    """The ATTENTION gene where the op is attention (``lower.attention``) with head
+    dimensions the fused kernel holds whole at the bench point: 'staged' (the stages'
+    kernels, their genes as they are) or 'fused' (one online-softmax kernel, its genes
+    under ``fused.``). The default stays 'staged' until a GPU timing says otherwise."""
+    att, bench = _attention(op), _bench_sizes(op)
+    if not triton_attention.offered(att, bench):
+        return genes, defaults
+    points = [p for p in op.bench if p.device in (None, "cuda")] or list(op.bench)
+    dtype = (points[0].dtype if points else None) or op.dtype_choices[0]
+    fused, fused_defaults = triton_attention.genes(att, bench, dtype)
+    gene = Gene("ATTENTION", ("staged", "fused"), False,
+                "staged: the scores written to a scratch tensor by a GEMM, a softmax "
+                "stage, a second GEMM; fused: one flash-attention kernel, an online "
+                "softmax over key blocks, the scores never in memory", level=0)
+    return [gene] + list(genes) + fused, {**defaults, **fused_defaults,
+                                           "ATTENTION": "staged"}
 
 
 def _arg(a) -> str:
