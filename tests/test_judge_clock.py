@@ -235,6 +235,36 @@ def test_a_kernel_working_at_part_of_each_step_never_gets_less_than_its_honest_t
             assert "wrong in a timed run" in r.message or "suspect" in r.message, r.message
 
 
+def test_a_figure_its_checked_step_lifted_far_above_the_median_is_timed_again(monkeypatch):
+    """The figure never goes below the one checked step of a request, drawn at random; where
+    that step read far above the request's judged median (its own noise), the request is
+    timed again once and the lower figure kept, each resting on a checked step of its own.
+    The checked step's lift is simulated: the first figure the stage computes is tripled."""
+    from kdsl.search.eval import timing
+    from kdsl.search.eval.evaluator import evaluate
+    import fake_backend
+    fake_backend.register()
+    assert timing.lifted(0.77, [0.31, 0.3, 0.32], "cuda")
+    assert not timing.lifted(0.33, [0.31, 0.3, 0.32], "cuda")   # within 1.5x
+    assert not timing.lifted(0.06, [0.03, 0.03, 0.03], "cuda")  # within 0.05 ms
+    assert not timing.lifted(9.0, [0.3], "cpu")                  # off on the CPU
+    real, seen = timing.figure, []
+
+    def first_lifted(samples, p, warmup, arts):
+        got = real(samples, p, warmup, arts)
+        seen.append(got)
+        return got * 3 if len(seen) == 1 else got
+    monkeypatch.setattr(timing, "figure", first_lifted)
+    monkeypatch.setitem(timing.LIFTED, "cpu", (1.5, 0.05))
+    monkeypatch.setitem(timing.DISTURBED, "cpu", None)
+    r = evaluate(job(SLOW_SOFTMAX))
+    assert r.ok, r.message
+    assert r.artifacts["retimed"] == "lifted", r.artifacts
+    first, again = r.artifacts["disturbed_ms"]
+    assert first == round(seen[0] * 3, 5) and round(r.time_ms, 5) == again < first
+    assert honest_ms(r)
+
+
 def test_a_contradicted_retime_of_a_disturbed_request_leaves_the_first_figure(monkeypatch):
     """The first request, disturbed, stood; its retime, paused longer, is contradicted: the
     first figure is kept, and the kernel is not rejected for the retime."""
