@@ -775,7 +775,10 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         arts["disturbed_ms"] = [round(time_ms, 5), round(again_ms, 5)]
         if contradicted:
             arts["disturbed_clock"] = contradicted
-        elif again_ms < time_ms:
+        elif again_ms < time_ms and not lifted(again_ms, again, device):
+            # (a retime lifted in turn is not kept: a kernel that skips work at calls it
+            # hopes are unchecked has a low median, is lifted every time, and would
+            # otherwise get the lower of two single checked steps)
             samples, time_ms, clock = again, again_ms, clock2
             arts.update(mine)
     if contradiction:
