@@ -389,6 +389,49 @@ def test_k_tables_leave_no_division_in_the_k_loop(name):
     assert "K_TABLE" not in {g.name for g in td.genes(find_op("conv_transposed1d"), "cuda")}
 
 
+CHANNEL_BOUND = """
+import dataclasses, glob
+import numpy as np, torch
+from kdsl import cases, compare, reference
+from kdsl.backends import get
+from kdsl.sizes import shape_of
+from kdsl.spec import load
+op = load(glob.glob("specs/kernelbench/level1/84_*.kspec")[0]).ops[0]
+op = dataclasses.replace(op, bench=tuple(dataclasses.replace(
+    b, sizes=tuple((k, 5 if k == "K" else v) for k, v in b.sizes)) for b in op.bench))
+be, sizes = get("triton"), dict(B=1, CI=2, CO=4, H=9, W=11, K=3, S=2, P=1)
+genome = be.space(op, "cpu").default()
+assert genome["K_TABLE"] == 1, genome
+built = be.build(op, be.render(op, genome, "cpu"), "cpu")
+c = cases.draw(op, cases.Shape(sizes, "f32", "t", 0), 7)
+ins = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in c.inputs.items()}
+outs = {t.name: torch.full(shape_of(op, t.name, sizes), float("nan")) for t in op.outputs}
+built.fn(ins, outs, sizes)
+bad = compare.compare(op, "f32", {k: v.double().numpy() for k, v in outs.items()},
+                      reference.reference(op, sizes, c.inputs), c.inputs)
+assert bad is None, bad
+"""
+
+
+def test_k_tables_bound_a_per_program_channel_in_the_interpreter():
+    """A channel multiplier's input channel (``co // (CO // CI)``) is one index a program;
+    its hoisted bound, a scalar, is widened to the lanes before it joins the mask (the
+    interpreter's & of a vector and a scalar made no bool mask: a review's find). KernelBench
+    84 with 5x5 taps takes the tables by default."""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", CHANNEL_BOUND], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_k_table_row_is_a_whole_number_of_every_block_k():
+    """A K loop reads whole BLOCK_K steps of a table row (ROW lanes, the reduction padded):
+    a step longer than a row would read past it."""
+    from kdsl.backends.triton import dot_table
+    values = next(g.values for g in td.genes(kernelbench_op("50"), "cuda") if g.name == "BLOCK_K")
+    assert all(dot_table.ROW % v == 0 for v in values), (dot_table.ROW, values)
+
+
 def test_k_tables_are_the_default_where_taps_ride_the_lanes():
     # few channels (3): the taps stay in the K lanes, nothing to stage channels-last
     for n in ("50", "59"):

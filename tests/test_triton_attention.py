@@ -157,6 +157,18 @@ def test_other_chains_are_not_attention(text):
     assert match(_op(text)) is None
 
 
+@pytest.mark.parametrize("keys", ["1 .. T", "0 .. T // 2"])
+def test_a_softmax_normalised_over_part_of_the_keys_is_not_attention(keys):
+    """The kernel normalises over the keys the output sums; a denominator (or maximum) over
+    fewer is another function (a review's case: matched, and the fused kernel was wrong)."""
+    text = SPEC97.read_text()
+    den = text.replace("/ sum(j) e[b, h, i, j]", f"/ sum(j in {keys.replace('T', 'S')}) e[b, h, i, j]")
+    top = text.replace("max(j) s[b, h, i, j]", f"max(j in {keys.replace('T', 'S')}) s[b, h, i, j]")
+    assert den != text and top != text
+    assert match(kspec.parse_text(den, "<test>").ops[0]) is None
+    assert match(kspec.parse_text(top, "<test>").ops[0]) is None
+
+
 def test_a_softmax_whose_maximum_is_of_other_scores_is_not_attention():
     text = SPEC97.read_text().replace("m[b, h, i]    = max(j) s[b, h, i, j]",
                                       "m[b, h, i]    = max(j) s[b, h, j, i]")
@@ -281,6 +293,10 @@ CASES = [
      {"B": 2, "S": 21, "T": 35, "H": 2, "D": 12, "E": 20}, "f16"),
     ("bias-causal-f32", textwrap.dedent(BIASED), {}, SMALL,
      {"B": 2, "H": 2, "S": 33, "D": 10}, "f32"),
+    # strictly causal: row 0 has no key left, and the reference's softmax of nothing but
+    # -inf is NaN there (a review's case: the kernel wrote 0)
+    ("strict-causal-f32", textwrap.dedent(BIASED).replace("j <= i", "j < i"), {}, SMALL,
+     {"B": 1, "H": 2, "S": 19, "D": 10}, "f32"),
 ]
 
 

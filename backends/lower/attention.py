@@ -60,7 +60,7 @@ def _match(op: ir.Op) -> Attention | None:
     if len(fs) != 2 or key in st.indices or len(set(st.indices)) != len(st.indices):
         return None
     for v, probs in (fs, fs[::-1]):
-        found = _probabilities(probs, key)
+        found = _probabilities(probs, red.indices[0])
         if found is not None and _is_read(op, v):
             break
     else:
@@ -95,13 +95,16 @@ def _match(op: ir.Op) -> Attention | None:
     return Attention(q, k, v, st.target, batch, row, key, d, col, extents, score, dts[0])
 
 
-def _probabilities(e: ir.Expr, key: str):
+def _probabilities(e: ir.Expr, keys: ir.IndexRange):
     """(score, contraction) where ``e`` is exp(s - max(key) s) / sum(key) exp(s - max s)
-    along ``key``; None otherwise."""
+    along the range ``keys`` (the maximum and the sum over exactly the keys the output sums:
+    the kernel normalises over those); None otherwise."""
+    key = keys.name
     if not (isinstance(e, ir.Binary) and e.op == "/"):
         return None
     num, den = e.left, e.right
-    if not (isinstance(den, ir.Reduce) and den.op == "sum" and len(den.indices) == 1):
+    if not (isinstance(den, ir.Reduce) and den.op == "sum" and len(den.indices) == 1
+            and _same_range(den.indices[0], keys)):
         return None
     if key in free_names(den.body) or canon(den.body, {den.indices[0].name: key}) != canon(num):
         return None  # the denominator sums the numerator along the keys
@@ -109,7 +112,8 @@ def _probabilities(e: ir.Expr, key: str):
             and num.args[0].op == "-"):
         return None
     s, m = num.args[0].left, num.args[0].right
-    if not (isinstance(m, ir.Reduce) and m.op == "max" and len(m.indices) == 1) or \
+    if not (isinstance(m, ir.Reduce) and m.op == "max" and len(m.indices) == 1
+            and _same_range(m.indices[0], keys)) or \
             key in free_names(m.body) or canon(m.body, {m.indices[0].name: key}) != canon(s):
         return None  # the maximum of the same scores along the keys
     dots = [n for n in ir.walk(s) if isinstance(n, ir.Reduce)]
@@ -153,6 +157,10 @@ def _extents(op: ir.Op, reads) -> dict | None:
             if out.setdefault(n, ext) != ext:
                 return None
     return out
+
+
+def _same_range(r: ir.IndexRange, keys: ir.IndexRange) -> bool:
+    return r.lo == keys.lo and r.hi == keys.hi
 
 
 def _full(r: ir.IndexRange, extents: dict) -> bool:

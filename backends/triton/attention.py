@@ -181,8 +181,9 @@ def _body(em: Emitter, op: ir.Op, att: Attention) -> None:
         # 16-bit values: the probabilities in their type, for the tensor cores
         em.emit("acc = _kd_attn_dot(p.to(v.dtype), v, acc * alpha[:, None], F32, F32_PREC)")
         em.emit("m_run = m_new")
-    # no key at all (an empty sum) leaves 0, as the reference's empty sum
-    em.emit("out = acc / tl.where(l_run == 0.0, 1.0, l_run)[:, None]")
+    # no key at all (an empty sum) leaves 0, as the reference's empty sum; keys all masked
+    # out (every score -inf) leave 0 / 0, NaN, as the reference's softmax of them does
+    em.emit(f"out = acc / tl.where((l_run == 0.0) & ({keys} == 0), 1.0, l_run)[:, None]")
     em.emit(f"tl.store(p_{att.out} + {y_at}, out.to(p_{att.out}.dtype.element_ty), "
             "mask=ok_m[:, None] & ok_v[None, :])")
 

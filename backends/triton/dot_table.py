@@ -134,7 +134,10 @@ def k_loop(op: ir.Op, t: Table, batch, m, n, helpers: set, dot: list[str]) -> li
             head.append(f"ext_{side}{p} = {scope.idx(s.extent)}")
             head.append(f"cb_{side}{p} = {scope.idx(s.tile)}")
             if not s.k:
-                head.append(f"okt_{side} = okt_{side} & _kdsl_below(cb_{side}{p}, ext_{side}{p})")
+                # (widened to the lanes: a bound on a per-program index alone is a scalar,
+                # and the interpreter's & of a vector and a scalar bool is no bool mask)
+                head.append(f"okt_{side} = okt_{side} & _kdsl_below(cb_{side}{p} + 0 * {lane}, "
+                            f"ext_{side}{p})")
             else:
                 head.append(f"tab_{side}{p} = k_tab + {k_rows[p]} * n_kt")
         if not any(s.k for s in f.subs):  # a factor constant along K
