@@ -46,9 +46,11 @@ PEAK_TFLOPS = {"f32": 67.0, "tf32": 494.0, "bf16": 989.0, "f16": 989.0}
 
 def judge_clock(artifacts: dict) -> dict:
     """What the judge's clock saw of the timed calls: its bound, the probed costs of a step
-    and a call, and the candidate's own median where the bound overruled it."""
+    and a call, the candidate's own median where the bound overruled it, the checked step's
+    calls (the figure is never below them) and a retime with its reason and both figures."""
     out = {k: artifacts.get(k) for k in ("judge_clock_ms", "step_trip_ms", "step_call_ms",
-                                          "calls_a_step", "step_overhead_ms")
+                                          "calls_a_step", "step_overhead_ms", "retimed",
+                                          "disturbed_ms", "checked_calls_ms")
            if k in artifacts}
     claimed = artifacts.get("claimed_ms")
     if claimed:

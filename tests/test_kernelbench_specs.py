@@ -195,6 +195,9 @@ def test_a_row_keeps_what_the_judges_clock_saw():
         "step_overhead_ms": 1.5, "claimed_median_ms": 0.2}
     assert kernelbench.judge_clock({}) == {}
     assert kernelbench.judge_clock({"calls_a_step": 3}) == {"calls_a_step": 3}
+    # a request timed again, and why; the checked step's calls that bound the figure
+    lifted = {"retimed": "lifted", "disturbed_ms": [0.77, 0.31], "checked_calls_ms": [0.77]}
+    assert kernelbench.judge_clock(lifted) == lifted
 
 
 def test_a_row_whose_baselines_were_held_says_so_in_the_table(tmp_path):
