@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from kdsl import dtypes, ir
 
 from kdsl.backends.c.plan import free_names
+from kdsl.backends.lower.rewrite import factors
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,6 @@ class Contraction:
 
     def names(self, access: ir.Access) -> tuple[str, ...]:
         return tuple(s.name for s in access.subscripts)
-
-
-def factors(e: ir.Expr) -> list[ir.Expr]:
-    if isinstance(e, ir.Binary) and e.op == "*":
-        return factors(e.left) + factors(e.right)
-    return [e]
 
 
 def _float_tensor(op: ir.Op, name: str) -> bool:

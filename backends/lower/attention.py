@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from kdsl import ir
 from kdsl.backends.base import Unsupported
-from kdsl.backends.lower.rewrite import free_names, inline, rebuild
+from kdsl.backends.lower.rewrite import factors, free_names, inline, rebuild
 
 DOT = "__kd_dot"  # the contraction's place in ``Attention.score``
 FLOATS = ("f32", "f16", "bf16")  # what tl.dot multiplies (f64 has no tensor-core path)
@@ -56,7 +56,7 @@ def _match(op: ir.Op) -> Attention | None:
     if not (isinstance(red, ir.Reduce) and red.op == "sum" and len(red.indices) == 1):
         return None
     key = red.indices[0].name
-    fs = _factors(red.body)
+    fs = factors(red.body)
     if len(fs) != 2 or key in st.indices or len(set(st.indices)) != len(st.indices):
         return None
     for v, probs in (fs, fs[::-1]):
@@ -125,7 +125,7 @@ def _probabilities(e: ir.Expr, keys: ir.IndexRange):
 def _operands(op: ir.Op, body: ir.Expr, key: str):
     """(the row operand, the key operand) of a contraction's body: two reads, the second
     the one at the key index."""
-    fs = _factors(body)
+    fs = factors(body)
     if len(fs) != 2 or not all(_is_read(op, f) for f in fs):
         return None, None
     reads_key = [key in _names(f) for f in fs]
@@ -185,12 +185,6 @@ def _elementwise(op: ir.Op, score: ir.Expr, axes: set[str]) -> bool:
                 n.name not in axes and n.name not in ("inf", "pi"):
             return False
     return sum(isinstance(n, ir.Name) and n.name == DOT for n in ir.walk(score)) == 1
-
-
-def _factors(e: ir.Expr) -> list[ir.Expr]:
-    if isinstance(e, ir.Binary) and e.op == "*":
-        return _factors(e.left) + _factors(e.right)
-    return [e]
 
 
 def _replace(e: ir.Expr, old: ir.Expr, new: ir.Expr) -> ir.Expr:

@@ -16,6 +16,7 @@ import dataclasses
 from typing import Callable
 
 from kdsl import ir
+from kdsl.backends.lower.rewrite import factors
 
 FLOATS = ("f32", "bf16", "f16", "f64")
 
@@ -36,7 +37,7 @@ def contiguous_operands(op: ir.Op, keep: Callable[[ir.Statement], bool] | None =
         last = st.indices[-1]
         reduced = {r.name for r in red.indices}
         new_body = red.body
-        for f in _factors(red.body):
+        for f in factors(red.body):
             order = _transposed_order(f, last, reduced, tensors)
             if order is None:
                 continue
@@ -79,12 +80,6 @@ def _transposed_order(f: ir.Expr, last: str, reduced: set[str], tensors):
         return None
     at = names.index(last)
     return tuple(p for p in range(len(names)) if p != at) + (at,)
-
-
-def _factors(e: ir.Expr) -> list[ir.Expr]:
-    if isinstance(e, ir.Binary) and e.op == "*":
-        return _factors(e.left) + _factors(e.right)
-    return [e]
 
 
 def _replace(e: ir.Expr, old: ir.Expr, new: ir.Expr) -> ir.Expr:

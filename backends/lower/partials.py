@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from kdsl import ir
-from kdsl.backends.lower.rewrite import free_names, rebuild, subst
+from kdsl.backends.lower.rewrite import factors, free_names, rebuild, subst
 
 PEELABLE = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "prod": "prod"}
 
@@ -257,8 +257,3 @@ def _memory_order(red: ir.Reduce) -> list[ir.IndexRange]:
             where.setdefault(n, p)
     return sorted(red.indices, key=lambda r: where.get(r.name, len(widest.subscripts)))
 
-
-def factors(e: ir.Expr) -> list[ir.Expr]:
-    if isinstance(e, ir.Binary) and e.op == "*":
-        return factors(e.left) + factors(e.right)
-    return [e]

@@ -176,6 +176,13 @@ def inline(op: ir.Op) -> dict[str, ir.Statement]:
             for t in op.outputs}
 
 
+def factors(e: ir.Expr) -> list[ir.Expr]:
+    """The factors of a product, flattened: ``a * (b * c)`` is [a, b, c]."""
+    if isinstance(e, ir.Binary) and e.op == "*":
+        return factors(e.left) + factors(e.right)
+    return [e]
+
+
 def contains(e: ir.Expr, kind) -> bool:
     return any(isinstance(n, kind) for n in ir.walk(e))
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 from kdsl import ir
 from kdsl.backends.base import Unsupported
-from kdsl.backends.lower.partials import (chunked, extent, factors, moment_pairs, peel,
-                                          peel_moments, size_at, split_long)
-from kdsl.backends.lower.rewrite import free_names, inline, rebuild
+from kdsl.backends.lower.partials import (chunked, extent, moment_pairs, peel, peel_moments,
+                                          size_at, split_long)
+from kdsl.backends.lower.rewrite import factors, free_names, inline, rebuild
 
 
 @dataclass(frozen=True)
