@@ -197,26 +197,6 @@ def evaluate(job: EvalJob, timer=None) -> Result:
     finally:
         if run.box is not None:
             run.box.stop()
-        del run
-        release_device(job.config.device)
-
-
-def release_device(device: str) -> None:
-    """The GPU memory this job's tensors held, handed back to the driver. torch's caching
-    allocator keeps what a process freed for its own later use, so a worker done with a
-    bench point of 6.4 GB in and 6.4 out went on holding tens of GB that the other workers'
-    jobs could not get: on an H100 (2026-12-06, four workers) 14 activations ran out of
-    memory with other processes holding 3-14 GiB each, and candidate processes could not
-    even make their CUDA context."""
-    if device != "cuda":
-        return
-    import gc
-    import sys
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return
-    gc.collect()  # (tensors in reference cycles, freed only by the collector)
-    torch.cuda.empty_cache()
 
 
 def _pipeline(run: _Run) -> Result:
