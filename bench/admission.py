@@ -30,6 +30,7 @@ def admitted(asks: Sequence[Ask], submit: Callable[[Hashable], Future],
     one that does not (the earlier one runs once enough has finished)."""
     waiting = list(asks)
     flight: dict[Future, Ask] = {}
+    at_once = max(at_once, 1)  # (none at once would wait on nothing, forever)
     while waiting or flight:
         held = [sum(a.needs[i] for a in flight.values()) for i in range(len(budgets))]
         for ask in list(waiting):

@@ -281,3 +281,7 @@ def test_admission_keeps_what_jobs_in_flight_hold_within_each_budget():
         assert sum(needs[k][1] for k in group) <= 10 and len(group) <= 3
     assert ["huge"] in seen
     assert order.index("e") < order.index("huge")  # e fit beside a and b; huge waited
+    with ThreadPoolExecutor(2) as ex:  # no worker asked for: still one at a time
+        done = [k for _, k in admitted([Ask("a", (1,)), Ask("b", (1,))],
+                                       lambda k: ex.submit(work, k), (10,), at_once=0)]
+    assert sorted(done) == ["a", "b"]
