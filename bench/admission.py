@@ -11,6 +11,7 @@ fit than the executor has workers, the workers bound it.
 """
 from __future__ import annotations
 
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Callable, Hashable, Iterator, Sequence
@@ -23,15 +24,20 @@ class Ask:
 
 
 def admitted(asks: Sequence[Ask], submit: Callable[[Hashable], Future],
-             budgets: tuple[float, ...], at_once: int) -> Iterator[tuple[Future, Hashable]]:
+             budgets: tuple[float, ...], at_once: int,
+             deadline: float | None = None) -> Iterator[tuple[Future, Hashable]]:
     """(future, key) of each job as it finishes, each submitted (``submit(key)``) once at
     most ``at_once`` are in flight and what they need, with its own, fits ``budgets``.
     Jobs go in the order given, except that a later one that fits goes before an earlier
-    one that does not (the earlier one runs once enough has finished)."""
+    one that does not (the earlier one runs once enough has finished). Past ``deadline``
+    (``time.monotonic()``) none is submitted: those in flight finish, the rest never start
+    (a call on a lent machine ends inside its limit instead of being cut mid-job)."""
     waiting = list(asks)
     flight: dict[Future, Ask] = {}
     at_once = max(at_once, 1)  # (none at once would wait on nothing, forever)
-    while waiting or flight:
+    while flight or (waiting and (deadline is None or time.monotonic() < deadline)):
+        if deadline is not None and time.monotonic() >= deadline:
+            waiting = []
         held = [sum(a.needs[i] for a in flight.values()) for i in range(len(budgets))]
         for ask in list(waiting):
             if len(flight) >= at_once:

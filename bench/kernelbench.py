@@ -4,6 +4,7 @@ the best of a search) against torch eager and torch.compile, on the GPU.
     python bench/kernelbench.py --level 1 --out DIR [--problems 1-18,23] [--budget N]
                                 [--workers 8] [--kernelbench CHECKOUT] [--timeout 120]
     python bench/kernelbench.py --rest-of A/kernelbench.json ... --out B   # what A did not reach
+    python bench/kernelbench.py --deadline-s 500 ...  # no evaluation starts after 500 s
     python bench/kernelbench.py --merge A/kernelbench.json B/kernelbench.json --out DIR
 
 The specs are ``specs/kernelbench/level<L>/NN_name.kspec``. Each problem is evaluated by
@@ -29,6 +30,7 @@ import os
 import re
 import statistics
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -275,6 +277,9 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", nargs="+", metavar="KERNELBENCH_JSON")
     ap.add_argument("--rest-of", metavar="KERNELBENCH_JSON",
                     help="skip the problems that an earlier (cut) run already evaluated")
+    ap.add_argument("--deadline-s", type=float, metavar="S",
+                    help="start no evaluation after S seconds (those running finish; "
+                         "--rest-of runs the others later)")
     args = ap.parse_args(argv)
     if args.merge:
         return merge(args.merge, Path(args.out))
@@ -353,17 +358,19 @@ def main(argv=None) -> int:
             jobs[number] = EvalJob(op, cand, full)
             on_gpu = device_bytes(op, sizes, dtype) if args.device == "cuda" else 0
             asks.append(Ask(number, (on_gpu, host_bytes(op, sizes, dtype))))
-        collect(admitted(asks, lambda n: pool.submit(jobs[n]), budgets, args.workers),
-                rows, out, meta, started)
+        deadline = time.monotonic() + args.deadline_s if args.deadline_s else None
+        collect(admitted(asks, lambda n: pool.submit(jobs[n]), budgets, args.workers,
+                         deadline), rows, out, meta, started)
         # a problem that ran out of the device's memory beside other workers (the estimate
         # above is short of what it held) gets one more evaluation alone, once the others
         # are done (its row says so)
         again = [n for n in jobs if out_of_memory(rows[n])]
-        if again:
-            for n in again:
-                rows[n]["alone_after"] = rows[n].pop("message")
-            collect(admitted([Ask(n, ()) for n in again], lambda n: pool.submit(jobs[n]),
-                             (), 1), rows, out, meta, started)
+
+        def alone(n):  # (a row past the deadline keeps its message: --rest-of runs it)
+            rows[n]["alone_after"] = rows[n].pop("message")
+            return pool.submit(jobs[n])
+        collect(admitted([Ask(n, ()) for n in again], alone, (), 1, deadline),
+                rows, out, meta, started)
         if args.budget > 0:
             search_all(args, rows, files, out, pool, meta, started)
         if args.kernelbench:

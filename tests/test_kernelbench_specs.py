@@ -285,3 +285,60 @@ def test_admission_keeps_what_jobs_in_flight_hold_within_each_budget():
         done = [k for _, k in admitted([Ask("a", (1,)), Ask("b", (1,))],
                                        lambda k: ex.submit(work, k), (10,), at_once=0)]
     assert sorted(done) == ["a", "b"]
+
+
+def test_past_its_deadline_admission_starts_nothing_and_lets_the_running_finish():
+    """A call on a lent machine ends inside its limit: no job starts after the deadline,
+    those already running finish and are yielded."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from admission import Ask, admitted
+    started = []
+
+    def work(key):
+        started.append(key)
+        time.sleep(0.2)
+        return key
+
+    with ThreadPoolExecutor(4) as ex:
+        done = [k for _, k in admitted([Ask(k, ()) for k in "abcd"],
+                                       lambda k: ex.submit(work, k), (), at_once=2,
+                                       deadline=time.monotonic() + 0.1)]
+        assert sorted(done) == ["a", "b"] and sorted(started) == ["a", "b"]
+        assert list(admitted([Ask("e", ())], lambda k: ex.submit(work, k), (), 1,
+                             deadline=time.monotonic() - 1)) == []
+
+
+def test_a_deadline_leaves_the_rest_to_a_later_rest_of(tmp_path, monkeypatch):
+    """Problems not started by --deadline-s keep no verdict (an out-of-memory row keeps its
+    message, not retried), so --rest-of runs them."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+    calls = []
+
+    class Pool:
+        def __init__(self, workers):
+            self.workers = workers
+
+        def submit(self, job):
+            import time
+            calls.append(job.op.name)
+            time.sleep(0.3)  # (the deadline passes during the first job)
+            oom = job.op.name.startswith("kb19")
+            fut = Future()
+            fut.set_result(SimpleNamespace(
+                ok=not oom, stage="worker" if oom else "timing", time_ms=None if oom else 1.0,
+                baseline_ms=2.0, baseline_name="eager", artifacts={},
+                message="out of memory in timing: CUDA out of memory" if oom else ""))
+            return fut
+
+        def shutdown(self):
+            pass
+
+    from kdsl.search import executors
+    monkeypatch.setattr(executors, "PoolExecutor", Pool)
+    assert kernelbench.main(["--device", "cpu", "--problems", "19-21", "--workers", "1",
+                             "--deadline-s", "0.1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "kernelbench.json").read_text())["rows"]
+    assert len(calls) == 1 and kernelbench.evaluated(rows) == set()
+    assert "out of memory" in next(r for r in rows if r["problem"] == 19)["message"]
