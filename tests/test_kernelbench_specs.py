@@ -13,6 +13,7 @@ import pytest
 
 from kdsl import spec as kspec
 from kdsl.backends import get
+from kdsl.search import executors
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVEL1 = ROOT / "specs" / "kernelbench" / "level1"
@@ -211,14 +212,13 @@ def test_a_row_whose_baselines_were_held_says_so_in_the_table(tmp_path):
     assert "TF32" not in next(ln for ln in table.splitlines() if ln.startswith("| 56 |"))
 
 
-def test_a_problem_out_of_the_devices_memory_is_evaluated_again_alone(tmp_path, monkeypatch):
-    """Beside other workers a bench point can run out of the GPU's memory (14 activations
-    on an H100 at six workers); such a row gets one more evaluation with nothing else in
-    flight, after the others, and keeps what the first said. A fake pool stands in for the evaluations:
-    the first of problem 19 runs out of memory, every later one succeeds."""
+def fake_pool(pools: list, calls: list, oom_first_only: bool, delay_s: float = 0.0):
+    """A pool class standing in for the evaluations: problem 19 runs out of memory (its
+    first evaluation only, or every one), every other problem succeeds; ``calls`` gets
+    (workers, op name) for each job, ``pools`` each pool made."""
+    import time
     from concurrent.futures import Future
     from types import SimpleNamespace
-    pools, calls = [], []
 
     class Pool:
         def __init__(self, workers):
@@ -227,8 +227,9 @@ def test_a_problem_out_of_the_devices_memory_is_evaluated_again_alone(tmp_path, 
 
         def submit(self, job):
             calls.append((self.workers, job.op.name))
+            time.sleep(delay_s)
             first = sum(name == job.op.name for _, name in calls) == 1
-            oom = first and job.op.name.startswith("kb19")
+            oom = job.op.name.startswith("kb19") and (first or not oom_first_only)
             fut = Future()
             fut.set_result(SimpleNamespace(
                 ok=not oom, stage="worker" if oom else "timing", time_ms=None if oom else 1.0,
@@ -238,8 +239,16 @@ def test_a_problem_out_of_the_devices_memory_is_evaluated_again_alone(tmp_path, 
 
         def shutdown(self):
             pass
+    return Pool
 
-    from kdsl.search import executors
+
+def test_a_problem_out_of_the_devices_memory_is_evaluated_again_alone(tmp_path, monkeypatch):
+    """Beside other workers a bench point can run out of the GPU's memory (14 activations
+    on an H100 at six workers); such a row gets one more evaluation with nothing else in
+    flight, after the others, and keeps what the first said. A fake pool stands in for the evaluations:
+    the first of problem 19 runs out of memory, every later one succeeds."""
+    pools, calls = [], []
+    Pool = fake_pool(pools, calls, oom_first_only=True)
     monkeypatch.setattr(executors, "PoolExecutor", Pool)
     assert kernelbench.main(["--device", "cpu", "--problems", "19,20", "--workers", "4",
                              "--out", str(tmp_path)]) == 0
@@ -312,30 +321,9 @@ def test_past_its_deadline_admission_starts_nothing_and_lets_the_running_finish(
 def test_a_deadline_leaves_the_rest_to_a_later_rest_of(tmp_path, monkeypatch):
     """Problems not started by --deadline-s keep no verdict (an out-of-memory row keeps its
     message, not retried), so --rest-of runs them."""
-    from concurrent.futures import Future
-    from types import SimpleNamespace
     calls = []
-
-    class Pool:
-        def __init__(self, workers):
-            self.workers = workers
-
-        def submit(self, job):
-            import time
-            calls.append(job.op.name)
-            time.sleep(0.3)  # (the deadline passes during the first job)
-            oom = job.op.name.startswith("kb19")
-            fut = Future()
-            fut.set_result(SimpleNamespace(
-                ok=not oom, stage="worker" if oom else "timing", time_ms=None if oom else 1.0,
-                baseline_ms=2.0, baseline_name="eager", artifacts={},
-                message="out of memory in timing: CUDA out of memory" if oom else ""))
-            return fut
-
-        def shutdown(self):
-            pass
-
-    from kdsl.search import executors
+    # (the deadline passes during the first job)
+    Pool = fake_pool([], calls, oom_first_only=False, delay_s=0.3)
     monkeypatch.setattr(executors, "PoolExecutor", Pool)
     assert kernelbench.main(["--device", "cpu", "--problems", "19-21", "--workers", "1",
                              "--deadline-s", "0.1", "--out", str(tmp_path)]) == 0
