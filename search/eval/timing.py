@@ -524,7 +524,7 @@ DISTURBED = {"cuda": (1.5, 0.5), "cpu": None}
 # The figure is the median of the judged calls, but never below the step whose outputs were
 # checked (``figure``): one step drawn at random, which pays that step's own noise. On an
 # H100 (2026-12-06, one worker) KernelBench 88's checked step read 0.77 ms a call against a
-# judged median of 0.31 (its own timer: 0.18), and 12's 0.22 against 0.05. A request whose
+# judged median of 0.31 (its own timer: 0.18). A request whose
 # figure its checked step lifts this far above its median, (ratio, ms), is timed again once
 # like a disturbed one, and the lower figure kept: each rests on a checked step of its own.
 # None on the CPU, for the reason above.
@@ -761,9 +761,10 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     claimed = list(samples)
     samples, clock, contradiction = judged_calls(kernel, samples, device)
     time_ms = figure(samples, checked_plan, warmup, arts)
-    if contradiction is None and (disturbed(clock, claimed, device) or
-                                  lifted(time_ms, samples, device)):
-        arts["retimed"] = "disturbed" if disturbed(clock, claimed, device) else "lifted"
+    why = "disturbed" if disturbed(clock, claimed, device) else \
+        "lifted" if lifted(time_ms, samples, device) else None
+    if contradiction is None and why:
+        arts["retimed"] = why
         again, p, message = time_again()
         if message:
             return Timing(message, artifacts=arts)
