@@ -115,13 +115,14 @@ def host_bytes(op, sizes: dict, dtype: str) -> int:
 
 
 def device_bytes(op, sizes: dict, dtype: str) -> int:
-    """What one worker holds on the GPU for a problem: its inputs and outputs four times
+    """What one worker holds on the GPU for a problem: its inputs and outputs five times
     over (the judge's timed set, its pristine copy and kept snapshot; the candidate's
-    process's copy) and a GiB besides; the float64 oracle moves to the host where it does
-    not fit (``timing.oracle_of``). Three times over was short: on an H100 (2026-12-06)
-    an activation of 6.4 GB in and out ran out of memory beside small problems."""
+    process's copy; torch's baseline outputs and workspace) and two GiB besides; the
+    float64 oracle moves to the host where it does not fit (``timing.oracle_of``). Four
+    times over was short: on an H100 (2026-12-06 09:45) a worker timing an activation of
+    12 GiB in and out held 55.6 GiB, and two small problems beside it ran out of memory."""
     from kdsl.search.eval.floor import allocated_bytes
-    return 4 * allocated_bytes(op, sizes, dtype) + (1 << 30)
+    return 5 * allocated_bytes(op, sizes, dtype) + (2 << 30)
 
 
 def evaluated(rows: list[dict]) -> set[int]:

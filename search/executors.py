@@ -215,8 +215,9 @@ class PoolExecutor:
         parent, child = self._ctx.Pipe()
         fd, log_path = tempfile.mkstemp(dir=self._logs, suffix=".log")
         os.close(fd)
+        cpus = max(1, len(os.sched_getaffinity(0)) // max(1, self.workers))
         process = self._ctx.Process(target=worker.main, args=(child, kind, log_path,
-                                                              self.initializer),
+                                                              self.initializer, cpus),
                                     name=f"kdsl-worker-{kind.device}", daemon=True)
         process.start()
         child.close()

@@ -40,16 +40,26 @@ class WorkerKind:
     def of(config) -> "WorkerKind":
         return WorkerKind(config.device, config.memory_mb if config.device == "cpu" else None)
 
-    def environment(self) -> dict[str, str | None]:
-        """Variables to set (None: remove) in the worker before any import."""
+    def environment(self, cpus: int | None = None) -> dict[str, str | None]:
+        """Variables to set (None: remove) in the worker before any import. ``cpus``: the
+        host's CPUs shared among the pool's workers, which bounds torch.compile's pool of
+        compile processes (``compile_threads``; one a CPU of the host by default, in every
+        worker). On an H100 host of 16 CPUs (2026-12-06) five workers each compiling a
+        baseline on 16 processes beside another's timed steps left those steps 1.5-11 ms a
+        call over their own timers, and honest kernels were rejected as suspect. A value
+        the user set stands."""
+        env: dict[str, str | None] = {}
+        if cpus and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, cpus))
         if self.device == "cpu":
-            return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-        return {"TRITON_INTERPRET": None}
+            return {**env, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+        return {**env, "TRITON_INTERPRET": None}
 
 
 
-def main(conn, kind: WorkerKind, log_path: str, initializer: str | None) -> None:
-    for name, value in kind.environment().items():
+def main(conn, kind: WorkerKind, log_path: str, initializer: str | None,
+         cpus: int | None = None) -> None:
+    for name, value in kind.environment(cpus).items():
         if value is None:
             os.environ.pop(name, None)
         else:

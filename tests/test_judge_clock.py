@@ -148,10 +148,12 @@ def test_a_disturbed_request_is_timed_again_and_the_lower_judged_figure_kept(mon
     import fake_backend
     fake_backend.register()
     monkeypatch.setitem(timing.DISTURBED, "cpu", (1.4, 5.0))
+    monkeypatch.setitem(timing.RETIME_PAUSE_S, "cpu", 0.3)  # (off on the CPU by default)
     r = evaluate(job(PAUSED_EARLY))
     assert r.ok, r.message
     first, again = r.artifacts["disturbed_ms"]
     assert first >= (WORK_S + 0.02) * 1e3 * 0.9  # the pauses were seen by the judge
+    assert r.artifacts["timing_phases_s"]["pause"] >= 0.3  # waited before the retime
     assert honest_ms(r) and round(r.time_ms, 5) == min(first, again) < first * 0.85, r.artifacts
     monkeypatch.setitem(timing.DISTURBED, "cpu", None)  # off: the first figure stands
     r = evaluate(job(PAUSED_EARLY))
