@@ -758,12 +758,17 @@ def test_an_oracle_that_runs_out_of_device_memory_is_computed_on_the_host(monkey
 
     def short_on_the_device(op, sizes, dtype, ins, device, hold=None):
         seen.append(device)
+        threads_seen.append(torch.get_num_threads())
         if device != "cpu":
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
         return real(op, sizes, dtype, ins, device)
     monkeypatch.setattr(timing, "_oracle_at", short_on_the_device)
-    got = timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
-    assert seen == ["cuda", "cpu"]
+    from kdsl.search.eval import threads
+    threads_seen: list = []
+    default = torch.get_num_threads()
+    with threads.judge_work():  # as the evaluator runs it; the host's copy on every thread
+        got = timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
+    assert seen == ["cuda", "cpu"] and threads_seen == [1, default]
     assert torch.equal(got["y"], x.double().sum(dim=1).to(got["y"].dtype))
 
     seen.clear()

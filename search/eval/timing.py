@@ -269,7 +269,14 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
     input (2-16 GiB, with 0.6-12.5 free); at four workers the same day, moving a host
     oracle's 12 GiB output back to the device ran out of memory in turn. The host has the
     memory (the inputs are drawn there), and its seconds count against the job's time limit
-    like the device's. Only a failure on the host as well is the oracle's."""
+    like the device's. Only a failure on the host as well is the oracle's.
+
+    The host's copy runs on torch's default thread count, not the judge's one thread
+    (``threads``): its callers hold the GPU alone (``device_lock.exclusive``), so no other
+    process's timed runs are on the card for it to lengthen, and on one thread it was most
+    of a large point's evaluation (an H100 host of 16 CPUs, 2026-12-06: 9-42 s for each of
+    KernelBench's 6-12 GiB activations and norms, and as long again for the check of every
+    timing request)."""
     try:
         return _oracle_at(op, sizes, dtype, ins, device, hold)
     except Exception:
@@ -279,7 +286,8 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
     import torch
     torch.cuda.empty_cache()
     back = next(iter(ins.values())).device if ins else device
-    got = _oracle_at(op, sizes, dtype, {k: v.cpu() for k, v in ins.items()}, "cpu")
+    with threads.timed_work():
+        got = _oracle_at(op, sizes, dtype, {k: v.cpu() for k, v in ins.items()}, "cpu")
     return on_device_if_room(got, back)
 
 
