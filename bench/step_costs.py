@@ -12,7 +12,10 @@ the judge subtracts from a step is the probes' fastest own cost; what an honest 
 costs beyond its samples is the steps' median: their difference is what the honest kernel
 pays on the judge's clock (``sandbox.step_costs``, ``timing.judged_calls``). With
 ``--poll both`` the same specs run twice, in one fresh process each, with the polled wait
-(``search/eval/spin.py``) on and off. Writes DIR/step-costs.json and prints a table.
+(``search/eval/spin.py``) on and off. ``--sets 1,2,4,8`` runs each mode again with that many
+input sets a step (the judge's own choice, ``timing.input_sets``, otherwise): a cost the
+steps pay once each, beyond the probes', falls as the sets grow, one each call does not.
+Writes DIR/step-costs.json and prints a table.
 """
 from __future__ import annotations
 
@@ -73,6 +76,10 @@ def measure(paths: list[str], device: str) -> dict:
         return reply
 
     sandbox.Sandbox.call = timed_call
+    if os.environ.get("KDSL_STEP_SETS"):  # (this process only: a study of the set count)
+        from kdsl.search.eval import timing
+        forced = int(os.environ["KDSL_STEP_SETS"])
+        timing.input_sets = lambda op, case, device: forced
     backend = "triton" if device == "cuda" else "c"
     out = {}
     for path in paths:
@@ -121,8 +128,18 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--poll", choices=("on", "off", "both"), default="both")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--sets", default="",
+                    help="input sets a step, comma-separated (default: the judge's choice)")
     ap.add_argument("--json", help=argparse.SUPPRESS)  # one mode, in a fresh process
     args = ap.parse_args(argv)
+    try:
+        sets = [int(n) for n in args.sets.split(",") if n.strip()]
+        if any(n < 1 for n in sets):
+            raise ValueError
+    except ValueError:
+        print(f"step_costs: error: --sets {args.sets!r}: positive whole numbers joined by "
+              f"commas", file=sys.stderr)
+        return 2
     missing = [p for p in args.specs if not Path(p).is_file()]
     if missing:
         print(f"step_costs: error: no spec file {missing[0]}", file=sys.stderr)
@@ -147,11 +164,16 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for poll in (("on", "off") if args.poll == "both" else (args.poll,)):
-        part = out / f"step-costs-poll-{poll}.json"
-        env = dict(os.environ, KDSL_POLL="1" if poll == "on" else "0")
-        subprocess.run([sys.executable, __file__, *args.specs, "--device", args.device,
-                        "--out", str(out), "--json", str(part)], env=env, check=True)
-        results[poll] = json.loads(part.read_text())
+        for n in sets or [None]:
+            mode = poll if n is None else f"{poll}, {n} sets"
+            part = out / f"step-costs-poll-{poll}{'' if n is None else f'-sets-{n}'}.json"
+            env = dict(os.environ, KDSL_POLL="1" if poll == "on" else "0")
+            env.pop("KDSL_STEP_SETS", None)
+            if n is not None:
+                env["KDSL_STEP_SETS"] = str(n)
+            subprocess.run([sys.executable, __file__, *args.specs, "--device", args.device,
+                            "--out", str(out), "--json", str(part)], env=env, check=True)
+            results[mode] = json.loads(part.read_text())
     meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "device": args.device}
     if args.device == "cuda":

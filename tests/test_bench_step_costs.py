@@ -39,3 +39,26 @@ def test_the_phases_of_every_round_trip_add_up_to_its_wall(tmp_path):
         # those phases and nothing else (medians of parts need not add up; minima bound)
         assert phases <= trip["wall"]["min"] * 1.05 + 0.05, (kind, trip)
         assert trip["beyond_samples"]["median"] >= 0, (kind, trip)
+
+
+def test_bad_set_counts_are_one_line_and_exit_2(capsys, tmp_path):
+    spec = str(ROOT / "specs" / "kernelbench" / "level1" / "19_relu.kspec")
+    for bad in ("0", "2,x"):
+        assert step_costs.main(["--device", "cpu", "--sets", bad, "--out", str(tmp_path),
+                                spec]) == 2
+        err = capsys.readouterr().err
+        assert "--sets" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_forced_set_count_is_what_each_step_calls(tmp_path):
+    """With --sets 1,3 every timed step has one call, then three (the probes do not change)."""
+    spec = str(ROOT / "specs" / "kernelbench" / "level1" / "19_relu.kspec")
+    assert step_costs.main(["--device", "cpu", "--poll", "off", "--sets", "1,3", "--out",
+                            str(tmp_path), spec]) == 0
+    results = json.loads((tmp_path / "step-costs.json").read_text())["results"]
+    for mode, n in (("off, 1 sets", 1), ("off, 3 sets", 3)):
+        r = results[mode]["kb19_relu"]
+        assert r["ok"], r["message"]
+        assert r["clock"]["calls_a_step"] == n
+        assert {k for k in r["trips"] if k.startswith("step of")} <= {f"step of {m}"
+                                                                       for m in range(1, n + 1)}
