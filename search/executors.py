@@ -215,7 +215,7 @@ class PoolExecutor:
         parent, child = self._ctx.Pipe()
         fd, log_path = tempfile.mkstemp(dir=self._logs, suffix=".log")
         os.close(fd)
-        cpus = max(1, len(os.sched_getaffinity(0)) // max(1, self.workers))
+        cpus = max(1, _host_cpus() // max(1, self.workers))
         process = self._ctx.Process(target=worker.main, args=(child, kind, log_path,
                                                               self.initializer, cpus),
                                     name=f"kdsl-worker-{kind.device}", daemon=True)
@@ -368,3 +368,11 @@ class PoolExecutor:
                 process.kill()
                 process.join(1)
         self._retired.clear()
+
+
+def _host_cpus() -> int:
+    """The CPUs this process may run on (all of the machine's where that is not known)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1

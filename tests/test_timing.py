@@ -763,12 +763,14 @@ def test_an_oracle_that_runs_out_of_device_memory_is_computed_on_the_host(monkey
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
         return real(op, sizes, dtype, ins, device)
     monkeypatch.setattr(timing, "_oracle_at", short_on_the_device)
-    from kdsl.search.eval import threads
+    from kdsl.search.eval import device_lock, threads
     threads_seen: list = []
-    default = torch.get_num_threads()
-    with threads.judge_work():  # as the evaluator runs it; the host's copy on every thread
-        got = timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
-    assert seen == ["cuda", "cpu"] and threads_seen == [1, default]
+    monkeypatch.setattr(threads, "_DEFAULT", [3])  # torch's own count, as if on 3 cores
+    with threads.judge_work():  # as the evaluator runs it
+        with device_lock.hold("test-gpu"):  # the card held alone: the host's copy on all 3
+            got = timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
+        timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")  # not held: one
+    assert seen == ["cuda", "cpu"] * 2 and threads_seen == [1, 3, 1, 1]
     assert torch.equal(got["y"], x.double().sum(dim=1).to(got["y"].dtype))
 
     seen.clear()

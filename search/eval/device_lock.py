@@ -70,6 +70,11 @@ def device_id(device: str) -> str | None:
     return f"cuda-{physical}"
 
 
+def held_alone() -> bool:
+    """Whether this thread holds a device alone now (a worker uses one GPU)."""
+    return "exclusive" in _held.__dict__.values()
+
+
 @contextlib.contextmanager
 def exclusive(device: str, waited: dict | None = None):
     """Hold ``device`` alone for the block; the wait is added to ``waited['lock_wait_s']``."""

@@ -272,8 +272,9 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
     like the device's. Only a failure on the host as well is the oracle's.
 
     The host's copy runs on torch's default thread count, not the judge's one thread
-    (``threads``): its callers hold the GPU alone (``device_lock.exclusive``), so no other
-    process's timed runs are on the card for it to lengthen, and on one thread it was most
+    (``threads``), where the caller holds the GPU alone (``device_lock.exclusive``, as the
+    timing stage does): no other process's timed runs are on the card for it to lengthen.
+    On one thread it was most
     of a large point's evaluation (an H100 host of 16 CPUs, 2026-12-06: 9-42 s for each of
     KernelBench's 6-12 GiB activations and norms, and as long again for the check of every
     timing request)."""
@@ -286,7 +287,7 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
     import torch
     torch.cuda.empty_cache()
     back = next(iter(ins.values())).device if ins else device
-    with threads.timed_work():
+    with threads.timed_work() if device_lock.held_alone() else contextlib.nullcontext():
         got = _oracle_at(op, sizes, dtype, {k: v.cpu() for k, v in ins.items()}, "cpu")
     return on_device_if_room(got, back)
 
