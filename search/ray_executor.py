@@ -190,7 +190,11 @@ class RayExecutor:
     def task_options(self, job: EvalJob) -> dict:
         """The Ray options of ``job``'s task: its resources and its environment."""
         cuda = job.config.device == "cuda"
-        env = {**(self.runtime_env.get("env_vars") or {}), **_ENVIRONMENT[cuda]}
+        # a task holds one CPU (``num_cpus``): torch.compile's compile processes too, as a
+        # pool worker's share of the host (``worker.WorkerKind.environment``); a value the
+        # caller's runtime environment sets stands
+        env = {"TORCHINDUCTOR_COMPILE_THREADS": "1",
+               **(self.runtime_env.get("env_vars") or {}), **_ENVIRONMENT[cuda]}
         return {"num_cpus": 1, "num_gpus": 1 if cuda else 0, "max_retries": 0,
                 "retry_exceptions": False, "num_returns": "streaming",
                 "runtime_env": {**self.runtime_env, "env_vars": env}}

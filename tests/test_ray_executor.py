@@ -229,7 +229,8 @@ def test_cuda_jobs_take_one_gpu_each_and_run_side_by_side(cluster, op, tmp_path)
 def test_triton_on_the_cpu_runs_interpreted(cluster, op):
     triton = job(op, backend="triton", mode="probe")
     assert cluster.task_options(triton)["runtime_env"]["env_vars"] == {
-        "PYTHONPATH": TESTS, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+        "PYTHONPATH": TESTS, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "",
+        "TORCHINDUCTOR_COMPILE_THREADS": "1"}  # (a task's one CPU)
     (interpreted,) = results(cluster, [triton])
     assert interpreted.artifacts["triton_interpret"] == "1"
     assert interpreted.artifacts["cuda_visible_devices"] == ""
