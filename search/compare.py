@@ -214,7 +214,14 @@ def compare(args) -> int:
         for seed in seeds:
             run_dir = out / f"{policy.replace(':', '_')}-{seed}"
             if (run_dir / "lineage.msgpack").exists():
-                store = RunStore.open(run_dir)  # already done: reuse it (compare is resumable)
+                # compare is resumable: a finished run is reused as it is, and one cut
+                # mid-way (a time limit, a kill) goes on to its budget, instead of counting
+                # as a run that spent its budget without reaching the target
+                store = RunStore.open(run_dir)
+                if not store.summary().get("finished"):
+                    con.print(f"{policy} seed {seed}: resuming after "
+                              f"{len(store.nodes)} evaluations")
+                    store, _ = runs.resume(run_dir, display=QuietDisplay())
             else:
                 settings = settings_from(args, policy, seed)
                 # every run on equal terms, whatever was learned or stored before

@@ -159,7 +159,9 @@ class SummaryWriter:
         if rel and (self.store.root / rel).is_file():
             self.best_path = self.store.mark_best(rel, rel.rsplit(".", 1)[-1])
 
-    def write(self, stopped: str | None = None) -> dict:
+    def write(self, stopped: str | None = None, finished: bool = False) -> dict:
+        """The summary now; ``finished`` once the run reached its budget (or ran out of
+        candidates) and confirmed its best: a run killed mid-way has no such mark."""
         best = self.best
         elapsed = time.monotonic() - self.t0
         s = self.settings
@@ -201,6 +203,8 @@ class SummaryWriter:
         self.last_write = time.monotonic()
         if stopped:
             summary["stopped"] = stopped
+        if finished:
+            summary["finished"] = True
         self.store.write_summary(summary)
         return summary
 
@@ -304,7 +308,7 @@ def execute(settings: SearchSettings, store: RunStore, op: ir.Op, cache_path,
     """Run the engine to the settings' budget; always leaves a consistent summary."""
     engine, writer, executor, cache = _engine(settings, op, store, cache_path, display,
                                               executor)
-    stopped = None
+    stopped, finished = None, False
     try:
         engine.run(settings.budget)
         writer.confirmed = confirm.confirm(op, executor, settings.eval, store.nodes,
@@ -314,11 +318,12 @@ def execute(settings: SearchSettings, store: RunStore, op: ir.Op, cache_path,
         if engine.profiles is not None:
             engine.profiles.finish(store.nodes, writer.confirmed,
                                    lambda r, c: r.get("key") or engine.key(c))
+        finished = True
     except KeyboardInterrupt:
         stopped = "interrupted"
     finally:
         executor.shutdown()
-        summary = writer.write(stopped=stopped)
+        summary = writer.write(stopped=stopped, finished=finished)
         cache.close()
         store.close()
     try:

@@ -109,3 +109,34 @@ def test_compare_runs_every_policy_and_seed_from_the_defaults(tmp_path):
             first = runs.RunStore.open(out / f"{policy}-{seed}").nodes[0]
             assert first["candidate"]["origin"] == "default"
     assert (out / "compare.png").stat().st_size > 0
+
+
+def test_compare_resumes_a_run_cut_mid_way_instead_of_counting_it_done(tmp_path, capsys):
+    """A run killed before its budget (a device call's time limit) has no ``finished`` mark:
+    a second compare over the same directory takes it on to its budget; finished runs
+    are reused as they are."""
+    import msgpack
+    spec = tmp_path / "rmsnorm_small.kspec"
+    spec.write_text(SPEC)
+    out = tmp_path / "cmp"
+    argv = ["compare", str(spec), "--backend", "c", "--policies", "greedy", "--seeds", "0-1",
+            "--budget", "3", "--executor", "inline", "--llm", "off", "--confirm-rounds", "0",
+            "--out", str(out)]
+    assert main(argv) == 0
+    for seed in (0, 1):
+        assert json.loads((out / f"greedy-{seed}" / "summary.json").read_text())["finished"]
+    cut = out / "greedy-1"
+    lineage = cut / "lineage.msgpack"
+    records = list(msgpack.Unpacker(open(lineage, "rb"), raw=False, strict_map_key=False))
+    lineage.write_bytes(b"".join(msgpack.packb(r, default=str) for r in records[:-1]))
+    summary = json.loads((cut / "summary.json").read_text())
+    del summary["finished"]
+    (cut / "summary.json").write_text(json.dumps(summary))
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "greedy seed 1: resuming after 2 evaluations" in err and "seed 0: resuming" not in err
+    assert len(runs.RunStore.open(cut).nodes) == 3
+    assert json.loads((cut / "summary.json").read_text())["finished"]
+    result = json.loads((out / "compare.json").read_text())
+    assert len(result["curves"]["greedy"]["1"]) == 3
