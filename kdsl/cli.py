@@ -230,6 +230,14 @@ def _search_options(p, compare: bool = False) -> None:
     p.add_argument("--cost-model", choices=("auto", "on", "off"), default="auto",
                    help="rank proposals with a learned cost model (lightgbm, the model extra); "
                         "auto: on when lightgbm is installed")
+    p.add_argument("--warm-from", action="append", metavar="CACHE",
+                   help="a measurement cache (a search's --cache, a compare's "
+                        "DIR/cache.sqlite) whose rows of other ops of this op's class "
+                        "warm-start the cost model; may be given more than once" +
+                        (" (the runs of policies marked +warm, e.g. mcts+warm, or every "
+                         "run where none is marked)" if compare else "") +
+                        (" (default: none)" if compare else " (default: none; without "
+                         "--no-priors the run's own --cache warms it too)"))
 
 
 def _baseline_option(p) -> None:

@@ -210,14 +210,17 @@ class MeasurementCache:
         self.db.commit()
 
     def observations(self, op_class: str, backends: tuple[str, ...],
-                     limit: int = 1024) -> list[tuple[dict, float]]:
+                     limit: int = 1024, other_than: str | None = None
+                     ) -> list[tuple[dict, float]]:
         """The latest ``limit`` rows of ops of ``op_class`` on these backends, measured in
-        this environment, oldest first."""
+        this environment, oldest first; none of the op whose hash is ``other_than``."""
         marks = ",".join("?" * len(backends))
+        other = "" if other_than is None else "AND op_hash IS NOT ? "
         rows = self.db.execute(
             f"SELECT row, reward FROM observations WHERE scope = ? AND op_class = ? AND "
-            f"backend IN ({marks}) ORDER BY rowid DESC LIMIT ?",
-            (self.scope, op_class, *backends, limit)).fetchall()
+            f"backend IN ({marks}) {other}ORDER BY rowid DESC LIMIT ?",
+            (self.scope, op_class, *backends,
+             *(() if other_than is None else (other_than,)), limit)).fetchall()
         return [(json.loads(r), float(w)) for r, w in reversed(rows)]
 
     def __len__(self) -> int:

@@ -47,6 +47,7 @@ def settings_from(args, policy: str, seed: int) -> SearchSettings:
                           llm_run_budget_s=args.llm_run_budget,
                           replay_from=args.replay_from, use_priors=not args.no_priors,
                           use_stored=not args.no_stored,
+                          warm_from=runs.check_warm_from(getattr(args, "warm_from", None) or ()),
                           eval=EvalConfig(device=args.device, slow_cutoff=SEARCH_SLOW_CUTOFF,
                                           baseline=getattr(args, "baseline", None) or "auto"))
 

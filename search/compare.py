@@ -42,7 +42,7 @@ def _confirmed(args, nodes: dict, out: Path) -> dict:
         record = json.loads(kept.read_text())
         if record.get("runs") == runs_of:
             return record["kernels"]
-    settings = settings_from(args, args.policies.split(",")[0], 0)
+    settings = settings_from(args, policy_entries(args)[0][1], 0)
     op, _ = runs.load_op(args.spec, args.op)
     executor = runs.make_executor(settings)
     try:
@@ -51,6 +51,31 @@ def _confirmed(args, nodes: dict, out: Path) -> dict:
         executor.shutdown()
     kept.write_text(json.dumps({"runs": runs_of, "kernels": confirmed}, indent=2) + "\n")
     return confirmed
+
+
+WARM = "+warm"  # a policy entry whose runs start their cost model from --warm-from
+
+
+def policy_entries(args) -> list[tuple[str, str, bool]]:
+    """(entry, policy, warm) for each of ``--policies``: ``mcts+warm`` is mcts with its cost
+    model warm-started from ``--warm-from``'s caches, beside the same policy started cold;
+    where no entry is marked, every run starts warm if ``--warm-from`` is given."""
+    entries = [p.strip() for p in args.policies.split(",") if p.strip()]
+    warm_from = runs.check_warm_from(getattr(args, "warm_from", None) or ())
+    marked = any(e.endswith(WARM) for e in entries)
+    if marked and not warm_from:
+        raise UsageError(f"a policy marked {WARM} needs --warm-from CACHE")
+    out = []
+    for e in entries:
+        policy = e[:-len(WARM)] if e.endswith(WARM) else e
+        try:
+            parse_policy(policy)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        out.append((e, policy, e.endswith(WARM) or (bool(warm_from) and not marked)))
+    if len({e for e, _, _ in out}) != len(out):
+        raise UsageError(f"--policies names a policy twice: {args.policies}")
+    return out
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -196,12 +221,7 @@ def curve_with(nodes: list[dict], confirmed: dict) -> list[float]:
 
 
 def compare(args) -> int:
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    for p in policies:
-        try:
-            parse_policy(p)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
+    entries = policy_entries(args)
     seeds = parse_seeds(args.seeds)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -209,7 +229,7 @@ def compare(args) -> int:
     curves: dict[str, dict[int, list[float]]] = {}
     nodes: dict[tuple, list[dict]] = {}
     con = Console(stderr=True)
-    for policy in policies:
+    for policy, name, warm in entries:
         curves[policy] = {}
         for seed in seeds:
             run_dir = out / f"{policy.replace(':', '_')}-{seed}"
@@ -223,9 +243,12 @@ def compare(args) -> int:
                               f"{len(store.nodes)} evaluations")
                     store, _ = runs.resume(run_dir, display=QuietDisplay())
             else:
-                settings = settings_from(args, policy, seed)
-                # every run on equal terms, whatever was learned or stored before
+                settings = settings_from(args, name, seed)
+                # every run on equal terms, whatever was learned or stored before; a warm
+                # one knows the same rows of other ops as every other warm one
                 settings.use_priors = settings.use_stored = False
+                if not warm:
+                    settings.warm_from = ()
                 settings.confirm_rounds = 0  # the kernels are re-measured across runs, below
                 store, _ = runs.start(settings, run_dir, cache, QuietDisplay())
             curve = lineage.best_so_far(store.nodes)

@@ -1,6 +1,7 @@
 """Starting and resuming runs: settings -> op, spaces, executor, cache, store, engine."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import platform
@@ -280,13 +281,37 @@ def cost_model_header(settings: SearchSettings, op: ir.Op, cache_path) -> dict:
         extras.require("the cost model (--cost-model on)", "lightgbm")
     prior = []
     if on and settings.use_priors and cache_path and Path(cache_path).exists():
-        from kdsl.knowledge.opclass import op_class
-        cache = MeasurementCache(cache_path, settings.device, settings.backends)
-        try:
-            prior = cache.observations(op_class(op), tuple(settings.backends))
-        finally:
-            cache.close()
+        prior = _rows_of_class(cache_path, settings, op)
+    for path in settings.warm_from if on else ():
+        # (other ops only: a model told this op's own times would be recalling, not ranking)
+        prior += _rows_of_class(path, settings, op, other_than=op.hash)
     return {"on": on, "prior": [[row, reward] for row, reward in prior]}
+
+
+def _rows_of_class(cache_path, settings: SearchSettings, op: ir.Op, other_than=None) -> list:
+    """A measurement cache's cost-model rows of ``op``'s class, this environment's."""
+    from kdsl.knowledge.opclass import op_class
+    cache = MeasurementCache(cache_path, settings.device, settings.backends)
+    try:
+        return cache.observations(op_class(op), tuple(settings.backends),
+                                  other_than=other_than)
+    finally:
+        cache.close()
+
+
+def check_warm_from(paths) -> tuple[str, ...]:
+    """``--warm-from``'s caches, each an existing measurement cache (UsageError, one line,
+    for one that is not: opening a missing path would make an empty one)."""
+    import sqlite3
+    for path in paths:
+        if not Path(path).is_file():
+            raise UsageError(f"--warm-from {path}: no such measurement cache")
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                db.execute("SELECT row, reward FROM observations LIMIT 1").fetchall()
+        except sqlite3.Error as e:
+            raise UsageError(f"--warm-from {path}: not a measurement cache ({e})") from None
+    return tuple(str(p) for p in paths)
 
 
 def cost_model_of(header: dict):

@@ -36,6 +36,8 @@ class SearchSettings:
     use_priors: bool = True                 # weight operators by what earlier runs learned
     use_stored: bool = True                 # start from specs/genomes/ (else the defaults)
     cost_model: str = "auto"                # 'auto' (on when lightgbm is there) | 'on' | 'off'
+    warm_from: tuple = ()                   # measurement caches whose rows of other ops of
+                                            # this op's class warm-start the cost model
     confirm_rounds: int = 0                 # re-measurements of the bests at the end (the CLI
                                             # and kdsl.search ask 3; a run recorded before
                                             # they existed resumes with none)

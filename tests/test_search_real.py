@@ -140,3 +140,38 @@ def test_compare_resumes_a_run_cut_mid_way_instead_of_counting_it_done(tmp_path,
     assert json.loads((cut / "summary.json").read_text())["finished"]
     result = json.loads((out / "compare.json").read_text())
     assert len(result["curves"]["greedy"]["1"]) == 3
+
+
+def test_compare_warms_the_marked_runs_from_other_ops_of_the_class_only(tmp_path, capsys):
+    """``mcts+warm`` starts its cost model from --warm-from's rows of other ops of the op's
+    class (never the op's own: that would be recalling, not ranking); ``mcts`` beside it
+    starts cold; a marked policy without --warm-from is one line of bad usage."""
+    import sqlite3
+    target, sibling = tmp_path / "rmsnorm_small.kspec", tmp_path / "rmsnorm_sibling.kspec"
+    target.write_text(SPEC)
+    sibling.write_text(rmsnorm("rmsnorm_sibling"))
+    warm = tmp_path / "warm.sqlite"
+    for spec in (sibling, target):  # the cache holds rows of both ops
+        assert main(["search", str(spec), "--backend", "c", "--budget", "3", "--executor",
+                     "inline", "--llm", "off", "--confirm-rounds", "0", "--quiet",
+                     "--cache", str(warm), "--out", str(tmp_path / spec.stem)]) == 0
+    with sqlite3.connect(warm) as db:
+        by_op = dict(db.execute("SELECT op_hash, COUNT(*) FROM observations GROUP BY op_hash"))
+    assert len(by_op) == 2 and all(n > 0 for n in by_op.values())
+    op_hash = runs.load_op(str(target), None)[0].hash
+    out = tmp_path / "cmp"
+    argv = ["compare", str(target), "--backend", "c", "--policies", "mcts,mcts+warm",
+            "--seeds", "0", "--budget", "2", "--executor", "inline", "--llm", "off",
+            "--confirm-rounds", "0", "--out", str(out)]
+    assert main(argv + ["--warm-from", str(warm)]) == 0
+    cold = runs.RunStore.open(out / "mcts-0").header["cost_model"]
+    hot = runs.RunStore.open(out / "mcts+warm-0").header["cost_model"]
+    assert cold["prior"] == []
+    assert len(hot["prior"]) == sum(n for h, n in by_op.items() if h != op_hash)
+    assert set(json.loads((out / "compare.json").read_text())["policies"]) == \
+        {"mcts", "mcts+warm"}
+    capsys.readouterr()
+    assert main(argv[:-2] + ["--out", str(tmp_path / "cmp2")]) == 2
+    assert "+warm needs --warm-from" in capsys.readouterr().err
+    assert main(argv + ["--warm-from", str(tmp_path / "missing.sqlite")]) == 2
+    assert "no such measurement cache" in capsys.readouterr().err
