@@ -5,7 +5,8 @@ Classes, tested in this order (the first that applies wins):
 ``sort``
     a statement uses a collective (sort, argsort, topk, argtopk).
 ``scan``
-    a statement uses a scan (cumsum, cumprod).
+    a statement uses a scan (cumsum, cumprod), or a reduction whose range runs from or to
+    an output index (``y[i, j] = sum(k in j .. N) x[i, k]``: a suffix sum written out).
 ``segment``
     the work depends on data: a reduction over a range whose bounds read a
     tensor (``i in offsets[b] .. offsets[b+1]``), ``segment_of``, an input
@@ -51,6 +52,13 @@ def _data_dependent_range(r: ir.Reduce) -> bool:
     return any(b is not None and _reads_tensor(b) for ix in r.indices for b in (ix.lo, ix.hi))
 
 
+def _running_range(r: ir.Reduce, op: ir.Op) -> bool:
+    """A range bound that names an index, not only sizes, and reads no tensor: each output
+    element sums a prefix or suffix of its row."""
+    return any(b is not None and not _reads_tensor(b) and _names(b) - set(op.dims)
+               for ix in r.indices for b in (ix.lo, ix.hi))
+
+
 def _factors(e: ir.Expr) -> list[ir.Expr]:
     """The factors of a product, casts unwrapped: a[i,k] * f32(b[k,j]) -> [a[..], b[..]]."""
     while isinstance(e, ir.Call) and e.fn in _CASTS and len(e.args) == 1:
@@ -94,9 +102,9 @@ def op_class(op: ir.Op) -> str:
     exprs = list(_exprs(op))
     if any(isinstance(e, ir.Collective) for e in exprs):
         return "sort"
-    if any(isinstance(e, ir.Scan) for e in exprs):
-        return "scan"
     reduces = [e for e in exprs if isinstance(e, ir.Reduce)]
+    if any(isinstance(e, ir.Scan) for e in exprs) or any(_running_range(r, op) for r in reduces):
+        return "scan"
     gather_in_reduce = any(isinstance(x, ir.Access) and _is_gather(x)
                            for r in reduces for x in ir.walk(r.body))
     gathers = any(isinstance(e, ir.Access) and _is_gather(e) for e in exprs)

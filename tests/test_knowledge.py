@@ -191,6 +191,12 @@ def test_classes_of_small_ops():
     square = _inline("y[i] = sum(j) x[i, j] * x[i, j]", "  in  x: f32 [M, N]\n  out y: f32 [M]",
                      "M, N", "M=8, N=8", "(x * x).sum(-1)")
     assert op_class(square) == "row_reduction"  # the same read twice is not a contraction
+    suffix = _inline("y[i, j] = sum(k in j .. N) x[i, k]", "  in  x: f32 [M, N]\n  out y: f32 [M, N]",
+                     "M, N", "M=8, N=8", "x.flip(1).cumsum(1).flip(1)")
+    assert op_class(suffix) == "scan"  # a running range: a suffix sum written out
+    window = _inline("y[i] = sum(k in 0 .. 3) x[i + k] pad(0)", "  in  x: f32 [N]\n  out y: f32 [N]",
+                     "N", "N=8", "F.pad(x, (0, 2)).unfold(0, 3, 1).sum(-1)")
+    assert op_class(window) != "scan"  # a range of sizes only
 
 
 # ---- prompt templates ----------------------------------------------------------
