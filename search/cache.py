@@ -148,6 +148,37 @@ def scope_key(env: dict) -> str:
                           .encode()).hexdigest()[:16]
 
 
+def _observations(db, scope: str, op_class: str, backends: tuple[str, ...], limit: int,
+                  other_than: str | None = None) -> list[tuple[dict, float]]:
+    marks = ",".join("?" * len(backends))
+    other = "" if other_than is None else "AND op_hash IS NOT ? "
+    rows = db.execute(
+        f"SELECT row, reward FROM observations WHERE scope = ? AND op_class = ? AND "
+        f"backend IN ({marks}) {other}ORDER BY rowid DESC LIMIT ?",
+        (scope, op_class, *backends, *(() if other_than is None else (other_than,)),
+         limit)).fetchall()
+    return [(json.loads(r), float(w)) for r, w in reversed(rows)]
+
+
+def read_only(path: str | Path) -> sqlite3.Connection:
+    """Another run's cache, opened so that nothing is written to it (not even its journal
+    mode): ``sqlite3.Error`` where it is not a database."""
+    return sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, timeout=30)
+
+
+def observations_of_others(path: str | Path, device: str, backends: tuple[str, ...],
+                           op_class: str, op_hash: str, limit: int = 1024
+                           ) -> list[tuple[dict, float]]:
+    """The cost-model rows another cache holds of ops of ``op_class`` other than the one
+    hashed ``op_hash``, measured in this environment, oldest first; read only."""
+    db = read_only(path)
+    try:
+        return _observations(db, scope_key(environment(device, tuple(backends))), op_class,
+                             backends, limit, other_than=op_hash)
+    finally:
+        db.close()
+
+
 def measurement_key(key: str, env: dict) -> str:
     """Where a candidate's measurement (``key``, the engine's candidate key) is stored."""
     return f"{key}@{scope_key(env)}"
@@ -210,18 +241,10 @@ class MeasurementCache:
         self.db.commit()
 
     def observations(self, op_class: str, backends: tuple[str, ...],
-                     limit: int = 1024, other_than: str | None = None
-                     ) -> list[tuple[dict, float]]:
+                     limit: int = 1024) -> list[tuple[dict, float]]:
         """The latest ``limit`` rows of ops of ``op_class`` on these backends, measured in
-        this environment, oldest first; none of the op whose hash is ``other_than``."""
-        marks = ",".join("?" * len(backends))
-        other = "" if other_than is None else "AND op_hash IS NOT ? "
-        rows = self.db.execute(
-            f"SELECT row, reward FROM observations WHERE scope = ? AND op_class = ? AND "
-            f"backend IN ({marks}) {other}ORDER BY rowid DESC LIMIT ?",
-            (self.scope, op_class, *backends,
-             *(() if other_than is None else (other_than,)), limit)).fetchall()
-        return [(json.loads(r), float(w)) for r, w in reversed(rows)]
+        this environment, oldest first."""
+        return _observations(self.db, self.scope, op_class, backends, limit)
 
     def __len__(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM results").fetchone()[0]

@@ -238,6 +238,12 @@ def compare(args) -> int:
                 # mid-way (a time limit, a kill) goes on to its budget, instead of counting
                 # as a run that spent its budget without reaching the target
                 store = RunStore.open(run_dir)
+                was = bool((store.header.get("settings") or {}).get("warm_from"))
+                if was != warm:  # (its curve would be counted under the other start)
+                    raise UsageError(
+                        f"{run_dir} was run {'warm' if was else 'cold'}, but {policy} now "
+                        f"starts {'warm' if warm else 'cold'} (--policies, --warm-from): "
+                        f"give another --out")
                 if not store.summary().get("finished"):
                     con.print(f"{policy} seed {seed}: resuming after "
                               f"{len(store.nodes)} evaluations")
@@ -265,6 +271,8 @@ def compare(args) -> int:
                       f"{v['median']:.3f}x of {len(v['speedups'])}")
     result = summarize(curves)
     result["confirmed"] = confirmed
+    result.update({"warm_from": list(getattr(args, "warm_from", None) or []),
+                   "warm": [p for p, _, w in entries if w]})
     result.update({"spec": args.spec, "op": args.op, "backend": args.backend,
                    "device": args.device, "budget": args.budget, "seeds": seeds,
                    "curves": {p: {str(s): c for s, c in v.items()} for p, v in curves.items()}})

@@ -16,7 +16,7 @@ from kdsl import spec as spec_mod
 from kdsl.errors import UsageError
 
 from . import confirm, learned
-from .cache import MeasurementCache
+from .cache import MeasurementCache, observations_of_others, read_only
 from .engine import Display, Engine, Stats
 from .files import check_out
 from .operators import Context, OperatorSet
@@ -280,34 +280,39 @@ def cost_model_header(settings: SearchSettings, op: ir.Op, cache_path) -> dict:
         from kdsl import extras
         extras.require("the cost model (--cost-model on)", "lightgbm")
     prior = []
-    if on and settings.use_priors and cache_path and Path(cache_path).exists():
-        prior = _rows_of_class(cache_path, settings, op)
-    for path in settings.warm_from if on else ():
-        # (other ops only: a model told this op's own times would be recalling, not ranking)
-        prior += _rows_of_class(path, settings, op, other_than=op.hash)
-    return {"on": on, "prior": [[row, reward] for row, reward in prior]}
-
-
-def _rows_of_class(cache_path, settings: SearchSettings, op: ir.Op, other_than=None) -> list:
-    """A measurement cache's cost-model rows of ``op``'s class, this environment's."""
     from kdsl.knowledge.opclass import op_class
-    cache = MeasurementCache(cache_path, settings.device, settings.backends)
-    try:
-        return cache.observations(op_class(op), tuple(settings.backends),
-                                  other_than=other_than)
-    finally:
-        cache.close()
+    cls = op_class(op)
+    if on and settings.use_priors and cache_path and Path(cache_path).exists():
+        cache = MeasurementCache(cache_path, settings.device, settings.backends)
+        try:
+            prior = cache.observations(cls, tuple(settings.backends))
+        finally:
+            cache.close()
+    if settings.warm_from and not on:
+        raise UsageError("--warm-from starts the cost model, which is off here (--cost-model "
+                         "off, or lightgbm is not installed: pip install 'kdsl-kernels[model]')")
+    for path in settings.warm_from:
+        # other ops only (a model told this op's own times would be recalling, not
+        # ranking), read without writing a byte to the other cache
+        rows = observations_of_others(path, settings.device, tuple(settings.backends), cls,
+                                      op.hash)
+        if not rows:
+            print(f"kdsl: warning: --warm-from {path}: no rows of other {cls} ops measured "
+                  f"in this environment (the same device, backends, their generators and "
+                  f"versions); the model starts without it", file=sys.stderr)
+        prior += rows
+    return {"on": on, "prior": [[row, reward] for row, reward in prior]}
 
 
 def check_warm_from(paths) -> tuple[str, ...]:
     """``--warm-from``'s caches, each an existing measurement cache (UsageError, one line,
-    for one that is not: opening a missing path would make an empty one)."""
+    for one that is not), opened read only."""
     import sqlite3
     for path in paths:
         if not Path(path).is_file():
             raise UsageError(f"--warm-from {path}: no such measurement cache")
         try:
-            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            with contextlib.closing(read_only(path)) as db:
                 db.execute("SELECT row, reward FROM observations LIMIT 1").fetchall()
         except sqlite3.Error as e:
             raise UsageError(f"--warm-from {path}: not a measurement cache ({e})") from None

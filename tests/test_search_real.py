@@ -170,8 +170,30 @@ def test_compare_warms_the_marked_runs_from_other_ops_of_the_class_only(tmp_path
     assert len(hot["prior"]) == sum(n for h, n in by_op.items() if h != op_hash)
     assert set(json.loads((out / "compare.json").read_text())["policies"]) == \
         {"mcts", "mcts+warm"}
+    result = json.loads((out / "compare.json").read_text())
+    assert result["warm"] == ["mcts+warm"] and result["warm_from"] == [str(warm)]
     capsys.readouterr()
     assert main(argv[:-2] + ["--out", str(tmp_path / "cmp2")]) == 2
     assert "+warm needs --warm-from" in capsys.readouterr().err
     assert main(argv + ["--warm-from", str(tmp_path / "missing.sqlite")]) == 2
     assert "no such measurement cache" in capsys.readouterr().err
+    # the other cache is read, never written: not its journal mode, not a row
+    before = warm.read_bytes()
+    odd = tmp_path / "a?b#c.sqlite"  # characters a URI would cut at
+    odd.write_bytes(before)
+    assert main(["compare", str(target), "--backend", "c", "--policies", "mcts+warm",
+                 "--seeds", "1", "--budget", "1", "--executor", "inline", "--llm", "off",
+                 "--confirm-rounds", "0", "--out", str(tmp_path / "cmp3"), "--warm-from",
+                 str(odd)]) == 0
+    assert odd.read_bytes() == before and not (tmp_path / "a").exists()
+    # a run reused under the other start is refused, not counted as it
+    assert main(["compare", str(target), "--backend", "c", "--policies", "mcts", "--seeds",
+                 "0", "--budget", "2", "--executor", "inline", "--llm", "off",
+                 "--confirm-rounds", "0", "--out", str(out), "--warm-from", str(warm)]) == 2
+    assert "was run cold, but mcts now starts warm" in capsys.readouterr().err
+    # a warm start of a model that is off is said, not dropped (and leaves no run behind)
+    assert main(["search", str(target), "--backend", "c", "--budget", "1", "--executor",
+                 "inline", "--llm", "off", "--cost-model", "off", "--warm-from", str(warm),
+                 "--out", str(tmp_path / "off")]) == 2
+    assert "--warm-from starts the cost model, which is off" in capsys.readouterr().err
+    assert not (tmp_path / "off").exists()
