@@ -65,6 +65,8 @@ def policy_entries(args) -> list[tuple[str, str, bool]]:
     marked = any(e.endswith(WARM) for e in entries)
     if marked and not warm_from:
         raise UsageError(f"a policy marked {WARM} needs --warm-from CACHE")
+    if warm_from:  # (before any run: not after the cold ones have spent their budgets)
+        runs.need_cost_model(runs.cost_model_on(getattr(args, "cost_model", "auto")))
     out = []
     for e in entries:
         policy = e[:-len(WARM)] if e.endswith(WARM) else e

@@ -272,13 +272,7 @@ def cost_model_header(settings: SearchSettings, op: ir.Op, cache_path) -> dict:
     """What the run's cost model starts from, fixed when the run begins (so a resume ranks
     as the first run did): whether it is on, and the earlier runs' rows of this op's class
     from the measurement cache (none when the run uses no earlier knowledge)."""
-    from . import costmodel
-    if settings.cost_model not in ("auto", "on", "off"):
-        raise UsageError(f"--cost-model takes auto, on or off, not '{settings.cost_model}'")
-    on = settings.cost_model == "on" or (settings.cost_model == "auto" and costmodel.available())
-    if settings.cost_model == "on" and not costmodel.available():
-        from kdsl import extras
-        extras.require("the cost model (--cost-model on)", "lightgbm")
+    on = cost_model_on(settings.cost_model)
     prior = []
     from kdsl.knowledge.opclass import op_class
     cls = op_class(op)
@@ -288,9 +282,8 @@ def cost_model_header(settings: SearchSettings, op: ir.Op, cache_path) -> dict:
             prior = cache.observations(cls, tuple(settings.backends))
         finally:
             cache.close()
-    if settings.warm_from and not on:
-        raise UsageError("--warm-from starts the cost model, which is off here (--cost-model "
-                         "off, or lightgbm is not installed: pip install 'kdsl-kernels[model]')")
+    if settings.warm_from:
+        need_cost_model(on)
     for path in settings.warm_from:
         # other ops only (a model told this op's own times would be recalling, not
         # ranking), read without writing a byte to the other cache
@@ -302,6 +295,25 @@ def cost_model_header(settings: SearchSettings, op: ir.Op, cache_path) -> dict:
                   f"versions); the model starts without it", file=sys.stderr)
         prior += rows
     return {"on": on, "prior": [[row, reward] for row, reward in prior]}
+
+
+def cost_model_on(choice: str) -> bool:
+    """Whether ``--cost-model CHOICE`` turns the model on here (UsageError for a bad choice,
+    and for 'on' without lightgbm)."""
+    from . import costmodel
+    if choice not in ("auto", "on", "off"):
+        raise UsageError(f"--cost-model takes auto, on or off, not '{choice}'")
+    if choice == "on" and not costmodel.available():
+        from kdsl import extras
+        extras.require("the cost model (--cost-model on)", "lightgbm")
+    return choice == "on" or (choice == "auto" and costmodel.available())
+
+
+def need_cost_model(on: bool) -> None:
+    """A warm start asked of a model that is off: said, not dropped."""
+    if not on:
+        raise UsageError("--warm-from starts the cost model, which is off here (--cost-model "
+                         "off, or lightgbm is not installed: pip install 'kdsl-kernels[model]')")
 
 
 def check_warm_from(paths) -> tuple[str, ...]:

@@ -44,10 +44,10 @@ class WorkerKind:
         """Variables to set (None: remove) in the worker before any import. ``cpus``: the
         host's CPUs shared among the pool's workers, which bounds torch.compile's pool of
         compile processes (``compile_threads``; one a CPU of the host by default, in every
-        worker). On an H100 host of 16 CPUs (2026-12-06) five workers each compiling a
-        baseline on 16 processes beside another's timed steps left those steps 1.5-11 ms a
-        call over their own timers, and honest kernels were rejected as suspect. A value
-        the user set stands."""
+        worker). On an H100 host of 16 CPUs (2026-12-06), with that default in each of five
+        workers, honest kernels' timed steps read 1.8-10.8 ms a call over their own timers
+        and two were rejected as suspect; with three each, the same kernels were not. A
+        value the user set stands."""
         env: dict[str, str | None] = {}
         if cpus and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
             env["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, cpus))

@@ -197,3 +197,8 @@ def test_compare_warms_the_marked_runs_from_other_ops_of_the_class_only(tmp_path
                  "--out", str(tmp_path / "off")]) == 2
     assert "--warm-from starts the cost model, which is off" in capsys.readouterr().err
     assert not (tmp_path / "off").exists()
+    # compare says so before any run, not after the cold ones have spent their budgets
+    assert main(argv[:-2] + ["--out", str(tmp_path / "cmp-off"), "--cost-model", "off",
+                             "--warm-from", str(warm)]) == 2
+    assert "which is off" in capsys.readouterr().err
+    assert not list((tmp_path / "cmp-off").glob("mcts*"))

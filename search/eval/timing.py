@@ -274,10 +274,9 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
     The host's copy runs on torch's default thread count, not the judge's one thread
     (``threads``), where the caller holds the GPU alone (``device_lock.exclusive``, as the
     timing stage does): no other process's timed runs are on the card for it to lengthen.
-    On one thread it was most
-    of a large point's evaluation (an H100 host of 16 CPUs, 2026-12-06: 9-42 s for each of
-    KernelBench's 6-12 GiB activations and norms, and as long again for the check of every
-    timing request)."""
+    On one thread it was most of a large point's evaluation (an H100 host of 16 CPUs,
+    2026-12-06: 9-42 s for each of KernelBench's 6-12 GiB activations and norms, and as
+    long again for the check of every timing request)."""
     try:
         return _oracle_at(op, sizes, dtype, ins, device, hold)
     except Exception:
