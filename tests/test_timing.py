@@ -70,6 +70,21 @@ def test_cpu_timer_takes_reps_after_warmup_and_runs_setup_outside():
     assert len(setups) == 7
 
 
+
+def test_cpu_timer_times_each_of_a_steps_calls_in_order():
+    clock = FakeClock()
+    ran = []
+
+    def call(k, ms):
+        def fn():
+            ran.append(k)
+            clock.now += ms / 1e3
+        return fn
+
+    samples = timers.CpuTimer(clock).each([call(0, 2.0), call(1, 7.0), call(2, 3.0)])
+    assert samples == pytest.approx([2.0, 7.0, 3.0]) and ran == [0, 1, 2]
+    assert timers.CpuTimer(clock).each([]) == []
+
 def test_measure_reports_the_medians_and_the_floor(monkeypatch):
     monkeypatch.setattr(floor, "cache_bytes", lambda: 0)  # the 64 KB point counts in full
     op = softmax_op()

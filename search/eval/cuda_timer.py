@@ -62,12 +62,12 @@ class CudaTimer:
         self.batch = batch
         self._flush = None
         self._cycles_per_ms = None
+        self._queue_ms = 0.0  # the host's queuing of the latest batch
         self.retried = 0  # batches timed again, over this timer's life
 
     def __call__(self, fn, warmup: int, reps: int, setup=None) -> list[float]:
         import torch
-        if self._flush is None and self.flush_bytes:
-            self._flush = torch.empty(self.flush_bytes, dtype=torch.int8, device="cuda")
+        self._flush_buffer(torch)
         torch.cuda.synchronize()
         host = time.perf_counter()
         for _ in range(warmup):
@@ -81,17 +81,42 @@ class CudaTimer:
         # the host's queuing of a batch, as fast as the warmup's, with room to spare
         first = max(FIRST_WAIT_MS, 2 * per_run_ms * min(self.batch, reps))
         samples, retried = queued_batches(
-            lambda n, wait: self._batch(torch, fn, setup, n, wait), reps, first, self.batch)
+            lambda n, wait: self._batch(torch, [fn] * n, setup, wait), reps, first, self.batch)
         self.retried += retried
         return samples
 
-    def _batch(self, torch, fn, setup, n: int, wait_ms: float) -> tuple[list[float], bool]:
+    def each(self, fns: list) -> list[float]:
+        """One timed run of each of ``fns``, in order, all queued behind one wait: a step
+        of the judge's (``candidate_main``), whose calls then share one head start instead
+        of paying one each. The wait is half again the host's queuing of the last such step
+        (at least ``FIRST_WAIT_MS``); one that did not hold runs them all again behind a
+        doubled wait."""
+        import torch
+        if not fns:
+            return []
+        self._flush_buffer(torch)
+        torch.cuda.synchronize()
+        first = max(FIRST_WAIT_MS, 1.5 * self._queue_ms)
+        samples, retried = queued_batches(
+            lambda n, wait: self._batch(torch, fns, None, wait), len(fns), first, len(fns))
+        self.retried += retried
+        return samples
+
+    def _flush_buffer(self, torch) -> None:
+        if self._flush is None and self.flush_bytes:
+            self._flush = torch.empty(self.flush_bytes, dtype=torch.int8, device="cuda")
+
+    def _batch(self, torch, fns: list, setup, wait_ms: float) -> tuple[list[float], bool]:
+        """A run of each of ``fns`` behind a wait of ``wait_ms``: their samples, and
+        whether the wait held."""
+        n = len(fns)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         waited = torch.cuda.Event()
         torch.cuda._sleep(int(wait_ms * self.cycles_per_ms(torch)))
         waited.record()
-        for start, end in zip(starts, ends):
+        host = time.perf_counter()
+        for fn, start, end in zip(fns, starts, ends):
             if setup:
                 setup()
             if self._flush is not None:
@@ -99,6 +124,7 @@ class CudaTimer:
             start.record()
             fn()
             end.record()
+        self._queue_ms = (time.perf_counter() - host) * 1e3
         held = not waited.query()  # the GPU still in the wait: every run was queued
         torch.cuda.synchronize()
         return [s.elapsed_time(e) for s, e in zip(starts, ends)], held

@@ -30,6 +30,15 @@ class CpuTimer:
             samples.append((self.clock() - start) * 1e3)
         return samples
 
+    def each(self, fns: list) -> list[float]:
+        """One timed run of each of ``fns``, in order."""
+        samples = []
+        for fn in fns:
+            start = self.clock()
+            fn()
+            samples.append((self.clock() - start) * 1e3)
+        return samples
+
 
 _TIMERS: dict[str, Timer] = {}
 

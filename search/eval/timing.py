@@ -488,17 +488,19 @@ def as_kernel(kernel, timer: Timer):
 # judge times every step (``RemoteKernel.walls``), from before it wakes the process to the
 # signal that stops it again. Before any candidate code was loaded it measured what a step
 # and its calls cost by themselves, as steps of calls of nothing (``trip_ms`` a step,
-# ``call_ms`` a call: on a GPU the timer's head start, a busy-wait of about 1 ms, and its L2
-# flush), each the least of its probes (``sandbox.step_costs``), the step's no more than the
+# ``call_ms`` a call: on a GPU the step's calls are queued behind one head start, a
+# busy-wait of about 1 ms that the step's cost takes in, and each call flushes L2), each the
+# least of its probes (``sandbox.step_costs``), the step's no more than the
 # least that any step of the request left beside its claimed calls (``subtracted_trip_ms``). Each
 # call's sample counts at least its share of its step's wall less exactly those
 # measured costs, with no allowance: a process that forges its own timer (native code can
 # reach anything in it) is then timed by the judge's clock, whose error is the step's own cost
 # varying around its probed median, as likely up as down, and a call's own cost: the timer's
-# head start and flush, which a forged timer need not run and could spend working instead
-# (1.15-1.21 ms a call on an H100, 2026-12-06; fed those probed costs, ``judged_calls`` gave
-# a forger of 1.0 ms of work a call, claiming 0.05, 0.25 ms). Only a smaller cost a call
-# narrows that; the source guards keep candidates from native code and side streams
+# flush and the step's head start, which a forged timer need not run and could spend
+# working instead (with a head start a call, 1.15-1.21 ms a call on an H100, and
+# ``judged_calls`` fed those probed costs gave a forger of 1.0 ms of work a call, claiming
+# 0.05, 0.25 ms; with one a step, 0.09 ms a call and 1.41 ms a step, 2026-12-06). Only a
+# smaller cost a call narrows that; the source guards keep candidates from native code and side streams
 # meanwhile. An allowance was a gift: with
 # 0.2 ms and 2% of the wall allowed, a kernel that did its real 0.11 ms of work and reported
 # 0.002 ms was believed (a bound of 0) and accepted at 47x. The price is paid by honest kernels
@@ -625,7 +627,10 @@ SET_COPIES = 5
 # step of timed calls is one call on each set, and what a step itself costs on the judge's
 # clock beyond the least of its probes (the round trip's wake-ups) is shared by its calls:
 # with one set a 3 ms relu read 0.81 ms a call over its own timer (H200), with two sets
-# the GEMMs 0.12-0.86 ms (H200) and 0.02-0.25 ms (H100, polling). On the CPU every set
+# the GEMMs 0.12-0.86 ms (H200) and 0.02-0.25 ms (H100, polling); a step of two to four
+# calls cost an H100 0.17-0.29 ms beyond its probes whether its calls had a head start each
+# or shared one (``bench/step_costs.py``, 2026-12-06), though sharing one made a step of four
+# calls of a GELU take 1.9 ms of wall instead of 5.6. On the CPU every set
 # costs a float64 oracle of its own at each check, on two cores: two sets.
 # Each set is checked against a float64 oracle of its varied inputs at every timing
 # request: the sets past two only where an oracle takes at most CHEAP_ORACLE_S (a bench-size
