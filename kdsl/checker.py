@@ -352,6 +352,13 @@ class Checker:
             return e
         if isinstance(e, ir.Name):
             if e.name not in scope and e.name not in self.op.dims and e.name not in CONSTANTS:
+                t = self.tensors.get(e.name)
+                if t is not None and not t.shape:
+                    # a scalar read by its bare name, as a user writes it: ``s`` is ``s[]``
+                    return self._resolve_access(ir.Access(e.name, (), loc=e.loc), scope, st)
+                if t is not None:
+                    self.fatal(e.loc, f"'{e.name}' is a tensor of {len(t.shape)} dim{'s' * (len(t.shape) > 1)}: read "
+                                      f"it with subscripts, {e.name}[...]")
                 self.fatal(e.loc, f"unknown name '{e.name}'")
             return e
         if isinstance(e, ir.Access):

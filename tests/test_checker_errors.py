@@ -241,6 +241,8 @@ CASES = [
                                     "  q[j in 0 .. @N - 6000] = 1.0\n  m[i]    = max(j) x[i, j]"),
      "the range of 'j' ends at"),
     ("unknown name", edit(S, "exp(x[i, j] - m[i])", "exp(x[i, j] - @q)"), "unknown name 'q'"),
+    ("tensor read bare", edit(S, "exp(x[i, j] - m[i])", "exp(x[i, j] - @m)"),
+     "'m' is a tensor of 1 dim: read it with subscripts, m[...]"),
     ("unknown tensor", edit(S, "exp(x[i, j] - m[i])", "exp(@q[i, j] - m[i])"),
      "unknown tensor 'q'"),
     ("unknown function", edit(S, "exp(x[i, j] - m[i])", "@expo(x[i, j] - m[i])"),

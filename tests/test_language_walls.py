@@ -329,6 +329,11 @@ op scaled_total
 """
 
 
+def test_a_scalar_read_by_its_bare_name_is_the_same_op():
+    bare = _op(SCALAR.replace("x[i] * s[]", "x[i] * s"))
+    assert bare.statements == _op(SCALAR).statements
+
+
 def test_a_scalar_input_stays_0_d_for_the_baseline_and_the_kernels():
     # (np.ascontiguousarray made it 1-d: an einsum over 's[]' then failed)
     op = _op(SCALAR)
