@@ -2,10 +2,14 @@
 is timed again behind a longer wait (the GPU side runs only on a CUDA machine)."""
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import torch
 
-from kdsl.search.eval.cuda_timer import queued_batches
+from kdsl.search.eval import cuda_timer
+from kdsl.search.eval.cuda_timer import STEP_MAX_WAIT_MS, CudaTimer, queued_batches
 
 
 class ScriptedBatches:
@@ -50,6 +54,102 @@ def test_no_reps_runs_nothing():
     assert queued_batches(runs, reps=0, first_wait_ms=1.0) == ([], 0)
     assert runs.calls == []
 
+
+
+class VirtualCard:
+    """torch.cuda as ``CudaTimer`` uses it, on two clocks (ms): the host's and the GPU's
+    (how far its queue reaches). A 1,000-cycle millisecond."""
+
+    def __init__(self):
+        self.host = self.gpu = 0.0
+        card = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                card.gpu = max(card.gpu, card.host)
+                self.at = card.gpu
+
+            def query(self):
+                return self.at <= card.host
+
+            def elapsed_time(self, other):
+                return other.at - self.at
+
+        class Flush:
+            def zero_(self):
+                card.gpu = max(card.gpu, card.host) + 0.07
+                card.host += 0.005
+
+        self.torch = types.SimpleNamespace(
+            cuda=types.SimpleNamespace(Event=Event, _sleep=self.sleep,
+                                       synchronize=self.sync),
+            empty=lambda *a, **k: Flush(), int8=None)
+        self.time = types.SimpleNamespace(perf_counter=lambda: self.host / 1e3)
+
+    def sleep(self, cycles):
+        self.gpu = max(self.gpu, self.host) + cycles / 1000.0
+
+    def sync(self):
+        self.host = max(self.host, self.gpu)
+
+    def call(self, work_ms: float, host_ms: float, syncs: bool = False):
+        def fn():
+            self.host += host_ms
+            self.gpu = max(self.gpu, self.host) + work_ms
+            if syncs:
+                self.sync()
+        return fn
+
+
+@pytest.fixture
+def card(monkeypatch):
+    c = VirtualCard()
+    monkeypatch.setitem(sys.modules, "torch", c.torch)
+    monkeypatch.setattr(cuda_timer, "time", c.time)
+    return c
+
+
+def _timer() -> CudaTimer:
+    timer = CudaTimer(flush_bytes=1)
+    timer._cycles_per_ms = 1000.0
+    return timer
+
+
+def test_a_steps_calls_share_one_wait_and_read_their_own_work(card):
+    timer = _timer()
+    for _ in range(3):
+        start = card.host
+        samples = timer.each([card.call(0.1 * (k + 1), 0.03) for k in range(4)])
+        assert samples == pytest.approx([0.1, 0.2, 0.3, 0.4])
+        # one wait of 1 ms, four flushes and the work: no wait a call
+        assert card.host - start == pytest.approx(1.0 + 4 * 0.07 + 1.0)
+    assert timer.retried == 0
+
+
+def test_a_step_whose_calls_wait_on_the_gpu_stays_bounded(card):
+    """A call that syncs (``.item()``) lets no wait hold: each step's retries stop at
+    STEP_MAX_WAIT_MS, and the next step's wait does not grow from them."""
+    timer = _timer()
+    walls = []
+    for _ in range(6):
+        start = card.host
+        timer.each([card.call(0.1, 0.03, syncs=True)] * 4)
+        walls.append(card.host - start)
+    assert max(walls) == pytest.approx(walls[0]) and max(walls) < 4 * STEP_MAX_WAIT_MS
+
+
+def test_a_raising_call_leaves_nothing_queued(card):
+    timer = _timer()
+
+    def raises():
+        card.gpu = max(card.gpu, card.host) + 5.0  # queued, then the call raises
+        raise RuntimeError("tampered")
+    with pytest.raises(RuntimeError):
+        timer.each([card.call(0.1, 0.03), raises])
+    assert card.host >= card.gpu  # synced on the way out
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_timer_times_a_kernel_behind_its_waits():

@@ -70,7 +70,6 @@ def test_cpu_timer_takes_reps_after_warmup_and_runs_setup_outside():
     assert len(setups) == 7
 
 
-
 def test_cpu_timer_times_each_of_a_steps_calls_in_order():
     clock = FakeClock()
     ran = []
@@ -84,6 +83,7 @@ def test_cpu_timer_times_each_of_a_steps_calls_in_order():
     samples = timers.CpuTimer(clock).each([call(0, 2.0), call(1, 7.0), call(2, 3.0)])
     assert samples == pytest.approx([2.0, 7.0, 3.0]) and ran == [0, 1, 2]
     assert timers.CpuTimer(clock).each([]) == []
+
 
 def test_measure_reports_the_medians_and_the_floor(monkeypatch):
     monkeypatch.setattr(floor, "cache_bytes", lambda: 0)  # the 64 KB point counts in full

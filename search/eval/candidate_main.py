@@ -208,10 +208,12 @@ class _Host:
     def _steps(self, ks):
         """One timed call on each set of ``ks``, in order: their samples. On a GPU the
         step's calls are queued behind one head start (``CudaTimer.each``), not one each:
-        the judge subtracts a call's own cost exactly, and a forged timer could work through
-        it, so a cost of 0.09 ms a call (the flush) gives less away than 1.15 (a wait, a sync
-        and the flush; H100, 2026-12-06), and a step of four calls of a GELU took 1.9 ms of
-        wall instead of 5.6. What each call was handed is checked as it returns."""
+        the judge subtracts a step's and a call's own costs exactly, and a forged timer
+        could work through them, so about 1 ms a step and 0.09 a call (the wait; the flush)
+        give less away than 1.15 ms a call (a wait, a sync and the flush; H100, 2026-12-06)
+        wherever a step has two calls or more, and a step of four calls of a GELU took
+        1.9 ms of wall instead of 5.6. What each call was handed is checked as it
+        returns."""
         def call(ins, outs):
             handed = (dict(ins), dict(outs))
             self.built.fn(ins, outs, dict(self.sizes))

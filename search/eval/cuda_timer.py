@@ -30,6 +30,10 @@ from typing import Callable
 BATCH = 10            # runs queued behind one wait
 FIRST_WAIT_MS = 1.0   # the least wait; more when the warmup showed a slower host
 MAX_WAIT_MS = 200.0   # a batch behind a wait this long is kept as timed
+# a step's wait (``CudaTimer.each``) grows no further: a call that waits on the GPU from
+# the host (``.item()``, a sync; the torch backend's checks do) lets no wait hold, and a
+# wait sized by the host's queuing of such a step grew by half each step, past a minute
+STEP_MAX_WAIT_MS = 8.0
 
 
 def queued_batches(run_batch: Callable[[int, float], tuple[list[float], bool]], reps: int,
@@ -62,7 +66,7 @@ class CudaTimer:
         self.batch = batch
         self._flush = None
         self._cycles_per_ms = None
-        self._queue_ms = 0.0  # the host's queuing of the latest batch
+        self._queue_ms = 0.0  # the host's queuing of the latest batch that held
         self.retried = 0  # batches timed again, over this timer's life
 
     def __call__(self, fn, warmup: int, reps: int, setup=None) -> list[float]:
@@ -88,17 +92,23 @@ class CudaTimer:
     def each(self, fns: list) -> list[float]:
         """One timed run of each of ``fns``, in order, all queued behind one wait: a step
         of the judge's (``candidate_main``), whose calls then share one head start instead
-        of paying one each. The wait is half again the host's queuing of the last such step
-        (at least ``FIRST_WAIT_MS``); one that did not hold runs them all again behind a
-        doubled wait."""
+        of paying one each. The wait is half again the host's queuing of the last batch
+        whose wait held (at least ``FIRST_WAIT_MS``); one that did not hold runs them all
+        again behind a doubled wait, up to ``STEP_MAX_WAIT_MS``. The device is synced on the
+        way out, whatever a call raised: nothing of the candidate's still runs once it
+        answers."""
         import torch
         if not fns:
             return []
         self._flush_buffer(torch)
         torch.cuda.synchronize()
-        first = max(FIRST_WAIT_MS, 1.5 * self._queue_ms)
-        samples, retried = queued_batches(
-            lambda n, wait: self._batch(torch, fns, None, wait), len(fns), first, len(fns))
+        first = min(max(FIRST_WAIT_MS, 1.5 * self._queue_ms), STEP_MAX_WAIT_MS)
+        try:
+            samples, retried = queued_batches(
+                lambda n, wait: self._batch(torch, fns, None, wait), len(fns), first,
+                len(fns), STEP_MAX_WAIT_MS)
+        finally:
+            torch.cuda.synchronize()
         self.retried += retried
         return samples
 
@@ -124,8 +134,10 @@ class CudaTimer:
             start.record()
             fn()
             end.record()
-        self._queue_ms = (time.perf_counter() - host) * 1e3
+        queue_ms = (time.perf_counter() - host) * 1e3
         held = not waited.query()  # the GPU still in the wait: every run was queued
+        if held:  # (a host that waited on the GPU queued for as long as the wait, or more)
+            self._queue_ms = queue_ms
         torch.cuda.synchronize()
         return [s.elapsed_time(e) for s, e in zip(starts, ends)], held
 

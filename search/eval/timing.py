@@ -627,10 +627,10 @@ SET_COPIES = 5
 # step of timed calls is one call on each set, and what a step itself costs on the judge's
 # clock beyond the least of its probes (the round trip's wake-ups) is shared by its calls:
 # with one set a 3 ms relu read 0.81 ms a call over its own timer (H200), with two sets
-# the GEMMs 0.12-0.86 ms (H200) and 0.02-0.25 ms (H100, polling); a step of two to four
-# calls cost an H100 0.17-0.29 ms beyond its probes whether its calls had a head start each
-# or shared one (``bench/step_costs.py``, 2026-12-06), though sharing one made a step of four
-# calls of a GELU take 1.9 ms of wall instead of 5.6. On the CPU every set
+# the GEMMs 0.12-0.86 ms (H200) and 0.02-0.25 ms (H100, polling); a step of two or four
+# calls cost an H100 0.04-0.58 ms beyond its probes with a head start a call and 0.17-0.71
+# sharing one (``bench/step_costs.py``, 2026-12-06, one run each), though sharing one made a
+# step of four calls of a GELU take 1.9 ms of wall instead of 5.6. On the CPU every set
 # costs a float64 oracle of its own at each check, on two cores: two sets.
 # Each set is checked against a float64 oracle of its varied inputs at every timing
 # request: the sets past two only where an oracle takes at most CHEAP_ORACLE_S (a bench-size
