@@ -24,6 +24,10 @@ from .show import format_expr
 from .sizes import NotASize, corners, evaluate, ranges, valid
 
 BASELINE_NAMES = {"torch", "F", "kt", "math"}
+# Python's builtins a baseline may name, as users write them (``float("-inf")``): none that
+# builds a sequence or a number of unbounded size (``range``, ``pow``)
+BASELINE_BUILTINS = {"float", "int", "bool", "abs", "min", "max", "round", "len", "tuple",
+                     "slice"}
 MAX_TEST_ELEMENTS = 1 << 27  # inputs and outputs of one test case: 1 GiB in float64
 # The largest end of a test range (the library's largest is 1,000,000): drawing sizes
 # looks for primes near each end by trial division, which costs ~sqrt(end) a number.
@@ -629,7 +633,8 @@ class Checker:
         except (RecursionError, MemoryError):  # Python's own parser gives up
             self.error(b.loc, "baseline nested too deeply for Python to parse")
             return
-        known = BASELINE_NAMES | {t.name for t in self.op.inputs} | set(self.op.dims)
+        known = BASELINE_NAMES | BASELINE_BUILTINS | {t.name for t in self.op.inputs} | \
+            set(self.op.dims)
         # a value read twice may be bound once (``(t := ...)``) and read by name after: never
         # over a name the baseline is given (an input, a dim, torch)
         for node in ast.walk(tree):
@@ -649,7 +654,8 @@ class Checker:
             if isinstance(node, ast.Name) and node.id not in known:
                 self.error(ir.Loc(b.loc.line, b.loc.column + node.col_offset),
                            f"baseline uses unknown name '{node.id}' (it sees the inputs, the "
-                           f"dims, torch, F = torch.nn.functional, math and kt = kdsl.torch_ops)")
+                           f"dims, torch, F = torch.nn.functional, math, kt = kdsl.torch_ops "
+                           f"and Python's {', '.join(sorted(BASELINE_BUILTINS))})")
 
 
 MAX_REPEAT_BITS = 24  # a sequence repeated in a baseline: at most 2**24 items

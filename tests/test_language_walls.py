@@ -340,3 +340,25 @@ def test_a_scalar_input_stays_0_d_for_the_baseline_and_the_kernels():
     assert check_agreement(op, per_dtype=2).ok
     for backend in ("c", "numpy"):
         _judged(op, backend)
+
+
+# ---- Python's builtins in a baseline ---------------------------------------------------
+
+MASKED_MAX = """\
+op masked_row_max
+  dims M, N
+  in  x: f32 [M, N]
+  in  keep: bool [M, N]
+  out y: f32 [M]
+  y[i] = max(j) where(keep[i, j], x[i, j], -inf)
+  baseline x.masked_fill(~keep, float("-inf")).max(dim=int(1)).values
+  tolerance f32(rtol=1e-6, atol=1e-6)
+  test  M in 1..8, N in 1..40
+  bench M=64, N=256
+"""
+
+
+def test_a_baseline_may_name_pythons_plain_builtins():
+    assert check_agreement(_op(MASKED_MAX), per_dtype=2).ok
+    with pytest.raises(SpecError, match="baseline uses unknown name 'range'"):
+        _op(MASKED_MAX.replace("dim=int(1)", "dim=len(range(2)) - 1"))
