@@ -231,6 +231,26 @@ op suffix_sum
   tolerance f32(rtol=1e-4, atol=1e-4)
   test M in 1..20, N in 1..300
   bench M=4, N=8
+
+op prefix_max
+  dims M, N
+  in  x: f32 [M, N]
+  out y: f32 [M, N]
+  y[i, j] = max(k in 0 .. j + 1) x[i, k]
+  baseline torch.cummax(x, dim=1).values
+  tolerance exact
+  test M in 1..20, N in 1..300
+  bench M=4, N=8
+
+op suffix_min_i64
+  dims M, N
+  in  x: i64 [M, N]
+  out y: i64 [M, N]
+  y[i, j] = min(k in j .. N) x[i, k]
+  baseline torch.flip(torch.cummin(torch.flip(x, [1]), 1).values, [1])
+  tolerance exact
+  test M in 1..20, N in 1..300
+  bench M=4, N=8
 """
 
 
@@ -242,7 +262,7 @@ def extra_ops() -> dict:
 @pytest.mark.parametrize("which", ("default", "last"))
 @pytest.mark.parametrize("name", ("total_sum", "row_argmax", "jagged_mean", "int_mix",
                                   "argsort_rows", "two_level", "col_ops", "mm_both_t",
-                                  "suffix_sum"))
+                                  "suffix_sum", "prefix_max", "suffix_min_i64"))
 def test_constructs_beyond_the_library(name, which):
     op = extra_ops()[name]
     space = BACKEND.space(op, "cpu")
@@ -339,3 +359,10 @@ def test_genes_change_the_source():
     for gene in ("reduce_order", "tile", "threads", "vec"):
         other = dict(space.default(), **{gene: space.gene(gene).values[1]})
         assert BACKEND.render(op, other, "cpu") != base, gene
+
+
+def test_a_running_extreme_is_one_pass_not_a_range_per_point():
+    # (written as a max over a prefix range it walked that range at every point: quadratic)
+    src = BACKEND.render(extra_ops()["prefix_max"], BACKEND.space(
+        extra_ops()["prefix_max"], "cpu").default(), "cpu")
+    assert "(j2 + INT64_C(1))" not in src and "-INFINITY" in src

@@ -61,6 +61,18 @@ NOVEL = {
           test  L in 0..200, D in 1..40, B in 1..20
           bench L=1048576, D=128, B=16384, dtype=f32
         """,
+    # a running maximum written as a max over a prefix range: a scan, not a range a point
+    "prefix_max": """
+        op prefix_max
+          dims M, N
+          in  x: f32 | f16 [M, N]
+          out y: like x [M, N]
+          y[i, j] = max(k in 0 .. j + 1) x[i, k]
+          baseline torch.cummax(x, dim=1).values
+          tolerance exact
+          test  M in 1..8, N in 1..100
+          bench M=4096, N=4096, dtype=f32
+        """,
     "shifted_cumprod": """
         op shifted_cumprod
           dims M, N

@@ -234,13 +234,25 @@ class Nests:
         if key in blk.memo:
             return blk.memo[key]
         kind = self.body_kind(e.body, scope)
-        ctype = self.opt.acc if kind == "f" else "uint64_t"
         acc = self.em.fresh("sc")
-        init = "0" if e.op == "cumsum" else "1"
-        stack[var.depth - 1].pre.append(f"{ctype} {acc} = {init};")
         v = self.em.emit(e.body, scope, stack)
-        sym = "+" if e.op == "cumsum" else "*"
-        stack[var.depth].pre.append(f"{acc} {sym}= ({ctype})({v.text});")
+        if e.op in ("cummax", "cummin"):
+            # a running extreme; a NaN, once seen, stays (numpy's maximum.accumulate)
+            ctype = self.opt.acc if kind == "f" else "int64_t"
+            big = e.op == "cummax"
+            init = ("-INFINITY" if big else "INFINITY") if kind == "f" else \
+                ("INT64_MIN" if big else "INT64_MAX")
+            nan = " || sv != sv" if kind == "f" else ""
+            cmp = ">" if big else "<"
+            stack[var.depth - 1].pre.append(f"{ctype} {acc} = {init};")
+            stack[var.depth].pre.append(f"{{ const {ctype} sv = ({ctype})({v.text}); "
+                                        f"if (sv {cmp} {acc}{nan}) {acc} = sv; }}")
+        else:
+            ctype = self.opt.acc if kind == "f" else "uint64_t"
+            init = "0" if e.op == "cumsum" else "1"
+            stack[var.depth - 1].pre.append(f"{ctype} {acc} = {init};")
+            sym = "+" if e.op == "cumsum" else "*"
+            stack[var.depth].pre.append(f"{acc} {sym}= ({ctype})({v.text});")
         self.loop_of[id(stack[var.depth])].vector = False
         out = C(acc if kind == "f" else f"((int64_t)({acc}))", "f" if kind == "f" else "i")
         blk.memo[key] = out

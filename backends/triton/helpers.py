@@ -147,6 +147,17 @@ def _kd_pow(a, b):
 def _kd_mul(a, b):
     return a * b
 ''',
+    # the combines of a running maximum and minimum (``tl.associative_scan``)
+    "max": '''
+@triton.jit
+def _kd_max(a, b):
+    return tl.maximum(a, b)
+''',
+    "min": '''
+@triton.jit
+def _kd_min(a, b):
+    return tl.minimum(a, b)
+''',
 }
 
 # helpers a helper calls or reads (included with it)

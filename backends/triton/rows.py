@@ -172,9 +172,9 @@ class RowKernel:
                     kind = self.kind_of(n.body, {plan.inner: Val("j", "int", frozenset("C"))})
                     kind = "int" if kind == "bool" else kind
                     carry = em.name("carry")
-                    one = n.op == "cumprod"
                     dt = gen.ct if kind == "float" else "tl.int64"
-                    em.emit(f"{carry} = tl.full({acc_shape(plan)}, {1 if one else 0}, {dt})")
+                    em.emit(f"{carry} = tl.full({acc_shape(plan)}, "
+                            f"{scan_identity(n.op, kind)}, {dt})")
                     scans.append((n, carry))
         with self.column((plan.column,), looped=True) as (k, mk, count):
             gen.env[plan.inner] = k
@@ -438,24 +438,49 @@ class RowKernel:
     def scan_body(self, e: ir.Scan, mk: Val) -> Val:
         v = self.gen(e.body)
         v = self.gen.to_int(v) if v.kind == "bool" else v
-        one = "1" if v.kind == "int" else "1.0"
-        zero = "0" if v.kind == "int" else "0.0"
-        ident = one if e.op == "cumprod" else zero
+        ident = scan_identity(e.op, v.kind)
         return self.em.let(f"tl.where({mk.code}, {v.code}, {ident})", v.kind, v.axes | mk.axes)
 
     def scan_tile(self, e: ir.Scan, mk: Val) -> Val:
         m = self.scan_body(e, mk)
-        return self.em.let(f"tl.{e.op}({m.code}, axis=1)", m.kind, m.axes)
+        return self.em.let(self.scanned(e, m), m.kind, m.axes)
+
+    def scanned(self, e: ir.Scan, m: Val) -> str:
+        """The inclusive scan of tile ``m`` along its columns."""
+        if e.op in EXTREMES:
+            self.em.helpers.add(EXTREMES[e.op])
+            return f"tl.associative_scan({m.code}, 1, _kd_{EXTREMES[e.op]})"
+        return f"tl.{e.op}({m.code}, axis=1)"
 
     def scan_chunk(self, e: ir.Scan, mk: Val, carries: dict, updates: list) -> Val:
         m = self.scan_body(e, mk)
         carry = carries[e]
+        if e.op in EXTREMES:
+            fn = EXTREMES[e.op]
+            updates.append(f"{carry} = tl.{fn}imum({carry}, tl.{fn}({m.code}, axis=1)[:, None])")
+            return self.em.let(f"tl.{fn}imum({self.scanned(e, m)}, {carry})", m.kind,
+                               m.axes | {"R"})
         if e.op == "cumprod":
             self.em.helpers.add("mul")
             updates.append(f"{carry} = {carry} * tl.reduce({m.code}, 1, _kd_mul)[:, None]")
             return self.em.let(f"(tl.cumprod({m.code}, axis=1) * {carry})", m.kind, m.axes | {"R"})
         updates.append(f"{carry} = {carry} + tl.sum({m.code}, axis=1)[:, None]")
         return self.em.let(f"(tl.cumsum({m.code}, axis=1) + {carry})", m.kind, m.axes | {"R"})
+
+
+# the running extremes: scanned with tl.associative_scan and a combine of kdsl's own
+EXTREMES = {"cummax": "max", "cummin": "min"}
+
+
+def scan_identity(op: str, kind: str) -> str:
+    """What a masked-off lane of a scan reads: the identity of its combine."""
+    if op in EXTREMES:
+        low = op == "cummax"
+        if kind == "int":
+            return "-9223372036854775807 - 1" if low else "9223372036854775807"
+        return "float('-inf')" if low else "float('inf')"
+    one = op == "cumprod"
+    return ("1" if one else "0") if kind == "int" else ("1.0" if one else "0.0")
 
 
 class _Lazy:
