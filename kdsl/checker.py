@@ -19,7 +19,7 @@ from .assemble import arithmetic_too_large
 from .errors import Diagnostic
 from .extents import Why as _Why, affine_extent, from_readers, is_size
 from .intervals import MAX_INT_BITS, IntervalEval, too_large
-from .parser import COLLECTIVES, REDUCTIONS, SCANS
+from .parser import COLLECTIVES, CONSTANT_AT, REDUCTIONS, SCANS
 from .show import format_expr
 from .sizes import NotASize, corners, evaluate, ranges, valid
 
@@ -250,6 +250,11 @@ class Checker:
             for p, (name, dim) in enumerate(zip(st.indices, target.shape)):
                 if name in declared:
                     hi = self._declared(declared[name], st)
+                    if not self._same_extent(hi, dim) and name.startswith(CONSTANT_AT):
+                        self.fatal(declared[name].loc, f"the left side writes dim {p} of "
+                                   f"'{st.target}' at 0 alone, but it has size "
+                                   f"{format_expr(dim)}: only an axis of size 1 may be written "
+                                   f"at a constant")
                     if not self._same_extent(hi, dim):
                         self.fatal(_start(declared[name].hi), f"'{name}' is declared in 0 .. "
                                    f"{format_expr(hi)} but dim {p} of '{st.target}' has size "

@@ -18,6 +18,7 @@ from .errors import Diagnostic, SpecError
 
 REDUCTIONS = ("sum", "max", "min", "prod", "mean", "argmax", "argmin")
 SCANS = ("cumsum", "cumprod")
+CONSTANT_AT = "kd_at"  # the index a constant 0 on the left side becomes (``statement``)
 COLLECTIVES = ("sort", "argsort", "topk", "argtopk")
 MAX_NESTING = 64
 MAX_DEPTH = 200  # levels of the parse tree; the stages after parsing recurse per level
@@ -205,10 +206,16 @@ class _ToIR(Transformer):
         value = rest[-1]
         subs = [s for s in rest[:-1] if s is not None]
         names, ranges = [], []
-        for s in subs:
+        for p, s in enumerate(subs):
+            if isinstance(s, ir.Num) and s.value == 0 and isinstance(s.value, int):
+                # ``y[i, 0] = ...``: an axis of size 1 written at its one place (a keepdim
+                # output, as users write it), an index of the range 0 .. 1 the checker
+                # holds to the axis's size
+                s = ir.IndexRange(f"{CONSTANT_AT}{p}", ir.Num(0, s.loc), ir.Num(1, s.loc), s.loc)
             if not isinstance(s, (ir.Name, ir.IndexRange)):
                 raise _Invalid(getattr(s, "loc", _loc(target)),
-                               "the left side is indexed by plain index names, like y[i, j]")
+                               "the left side is indexed by plain index names, like y[i, j] "
+                               "(or 0, on an axis of size 1)")
             if s.name in names:
                 raise _Invalid(s.loc, f"index '{s.name}' appears twice on the left side")
             names.append(s.name)

@@ -241,6 +241,8 @@ CASES = [
                                     "  q[j in 0 .. @N - 6000] = 1.0\n  m[i]    = max(j) x[i, j]"),
      "the range of 'j' ends at"),
     ("unknown name", edit(S, "exp(x[i, j] - m[i])", "exp(x[i, j] - @q)"), "unknown name 'q'"),
+    ("constant on the left of a wide axis", edit(S, "  y[i, j] = e[i, j]", "  y[i, @0] = e[i, 0]"),
+     "the left side writes dim 1 of 'y' at 0 alone, but it has size N"),
     ("tensor read bare", edit(S, "exp(x[i, j] - m[i])", "exp(x[i, j] - @m)"),
      "'m' is a tensor of 1 dim: read it with subscripts, m[...]"),
     ("unknown tensor", edit(S, "exp(x[i, j] - m[i])", "exp(@q[i, j] - m[i])"),

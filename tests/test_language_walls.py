@@ -362,3 +362,30 @@ def test_a_baseline_may_name_pythons_plain_builtins():
     assert check_agreement(_op(MASKED_MAX), per_dtype=2).ok
     with pytest.raises(SpecError, match="baseline uses unknown name 'range'"):
         _op(MASKED_MAX.replace("dim=int(1)", "dim=len(range(2)) - 1"))
+
+
+
+# ---- a keepdim output written at its constant place ------------------------------------
+
+KEEPDIM = """\
+op row_sum_keepdim
+  dims M, N
+  in  x: f32 [M, N]
+  out y: f32 [M, 1]
+  y[i, 0] = sum(j) x[i, j]
+  baseline x.sum(dim=1, keepdim=True)
+  tolerance f32(rtol=1e-5, atol=1e-5)
+  test  M in 1..8, N in 1..40
+  bench M=64, N=256
+"""
+
+
+def test_an_axis_of_size_one_may_be_written_at_0():
+    op = _op(KEEPDIM)
+    assert check_agreement(op, per_dtype=2).ok
+    for backend in ("c", "numpy"):
+        _judged(op, backend)
+    with pytest.raises(SpecError, match="only an axis of size 1 may be written at a constant"):
+        _op(KEEPDIM.replace("[M, 1]", "[M, N]"))
+    with pytest.raises(SpecError, match="plain index names"):
+        _op(KEEPDIM.replace("y[i, 0]", "y[i, 1]"))
