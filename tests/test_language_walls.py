@@ -389,3 +389,26 @@ def test_an_axis_of_size_one_may_be_written_at_0():
         _op(KEEPDIM.replace("[M, 1]", "[M, N]"))
     with pytest.raises(SpecError, match="plain index names"):
         _op(KEEPDIM.replace("y[i, 0]", "y[i, 1]"))
+
+
+# ---- narrow integers wrap --------------------------------------------------------------
+
+INT32_ADD = """\
+op int32_add
+  dims N
+  in  a: i32 [N]
+  in  b: i32 [N]
+  out y: i32 [N]
+  y[i] = a[i] + b[i]
+  baseline a + b
+  tolerance exact
+  test  N in 1..2000
+  bench N=4096
+"""
+
+
+def test_an_int32_sum_past_2_31_wraps_like_torch():
+    # (inputs drawn over the whole i32 range: a quarter of the sums overflow)
+    op = _op(INT32_ADD)
+    assert check_agreement(op, per_dtype=2).ok
+    _judged(op, "c")
