@@ -442,7 +442,9 @@ class Checker:
                 idx = scope[sub.name]
                 # Offsets of B segments have B+1 entries: a segment index reads a prefix.
                 fits = self._fits if isinstance(t.domain, ir.Offsets) else self._same_extent
-                if not idx.explicit and not fits(idx.hi, t.shape[p]):
+                # (a padded read may run past the dim: its pad stands for what is not there)
+                if not idx.explicit and not fits(idx.hi, t.shape[p]) and \
+                        not (e.pad is not None and self._fits(t.shape[p], idx.hi)):
                     self.error(sub.loc, f"shape mismatch: index '{sub.name}' ranges over "
                                         f"{_show(idx.hi)} ({idx.origin}) but indexes dim {p} "
                                         f"of '{t.name}', of size {_show(t.shape[p])}")

@@ -412,3 +412,28 @@ def test_an_int32_sum_past_2_31_wraps_like_torch():
     op = _op(INT32_ADD)
     assert check_agreement(op, per_dtype=2).ok
     _judged(op, "c")
+
+
+# ---- a padded read past its dim ----------------------------------------------------------
+
+CONCAT = """\
+op concat_cols
+  dims M, N
+  in  a: f32 [M, N]
+  in  b: f32 [M, N]
+  out y: f32 [M, 2 * N]
+  y[i, j] = where(j < N, a[i, j] pad(0), b[i, j - N] pad(0))
+  baseline torch.cat([a, b], dim=1)
+  tolerance exact
+  test  M in 1..6, N in 1..70
+  bench M=64, N=256
+"""
+
+
+def test_a_padded_plain_read_may_run_past_its_dim():
+    op = _op(CONCAT)
+    assert check_agreement(op, per_dtype=2).ok
+    for backend in ("c", "numpy"):
+        _judged(op, backend)
+    with pytest.raises(SpecError, match="shape mismatch: index 'j' ranges over 2 \\* N"):
+        _op(CONCAT.replace("a[i, j] pad(0)", "a[i, j]"))

@@ -61,7 +61,9 @@ def _slice(low, s, p, info, env, padded, mentions) -> Part | None:
     """A slice when ``s`` is an index (plus a constant) that no other subscript mentions."""
     if isinstance(s, ir.Name) and mentions.count(s.name) == 1 and s.name in env.axes:
         ax = env.axes[s.name]
-        in_range = not padded or ax.lhs or (ax.lo_expr == ir.Num(0) and ax.hi_expr == info.shape[p])
+        # (a padded read may run past its dim where its index runs over a longer one)
+        in_range = not padded or (ax.lhs and ax.dim_expr == info.shape[p]) or \
+            (ax.lo_expr == ir.Num(0) and ax.hi_expr == info.shape[p])
         if not ax.dynamic and in_range:
             full = ax.lo == "0" and ax.hi_expr is not None and ax.hi_expr == info.shape[p]
             return Part("slice", ":" if full else f"{ax.lo}:{ax.hi}", ax.pos, axis=ax)

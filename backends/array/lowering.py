@@ -43,6 +43,7 @@ class Axis:
     lhs: bool = False
     lo_expr: ir.Expr | None = None   # the IR range, to prove a slice in bounds
     hi_expr: ir.Expr | None = None
+    dim_expr: ir.Expr | None = None  # a left-side axis: the target's dim it runs over
     mask: Val | None = None          # dynamic axes: lanes inside their own range
     values: Val | None = None
     ident: int = field(default_factory=lambda: next(_axis_ids))
@@ -179,10 +180,12 @@ class Lowering:
         axes = {}
         for k, name in enumerate(st.indices):
             if k == 0 and chunk:
-                axes[name] = Axis(lhs_pos[k], "c0", "c1", "(c1 - c0)", lhs=True)
+                axes[name] = Axis(lhs_pos[k], "c0", "c1", "(c1 - c0)", lhs=True,
+                                  dim_expr=target.shape[k])
             else:
                 axes[name] = Axis(lhs_pos[k], "0", shape[k], shape[k], lhs=True,
-                                  lo_expr=ir.Num(0), hi_expr=target.shape[k])
+                                  lo_expr=ir.Num(0), hi_expr=target.shape[k],
+                                  dim_expr=target.shape[k])
         self.lhs_axes = axes
         value = self.ev(st.value, Env(axes))
         if not value.scalar and depth:
