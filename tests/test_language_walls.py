@@ -437,3 +437,32 @@ def test_a_padded_plain_read_may_run_past_its_dim():
         _judged(op, backend)
     with pytest.raises(SpecError, match="shape mismatch: index 'j' ranges over 2 \\* N"):
         _op(CONCAT.replace("a[i, j] pad(0)", "a[i, j]"))
+
+
+# ---- a reduction that skips an outer output index ----------------------------------------
+
+SOFTMAX_MID = """\
+op softmax_mid
+  dims B, C, L
+  in  x: f32 [B, C, L]
+  out y: f32 [B, C, L]
+  m[b, l] = max(c) x[b, c, l]
+  e[b, c, l] = exp(x[b, c, l] - m[b, l])
+  y[b, c, l] = e[b, c, l] / sum(c) e[b, c, l]
+  baseline torch.softmax(x, dim=1)
+  tolerance f32(rtol=1e-5, atol=1e-6)
+  test  B in 1..3, C in 1..40, L in 1..300
+  bench B=4, C=64, L=512
+"""
+
+
+def test_a_sum_over_the_middle_axis_inline_is_computed_once_per_column():
+    from kdsl.backends.lower.stages import hoist_outer_invariant
+    op = _op(SOFTMAX_MID)
+    hoisted = hoist_outer_invariant(op)
+    # the sum over c, read at every (b, c, l), is its own [B, L] intermediate
+    assert [st.indices for st in hoisted.statements][-2:] == [("b", "l"), ("b", "c", "l")]
+    _judged(op, "c")
+    # a statistic skipping only trailing indices (a row's max, read along the row) stays
+    row = _op(SOFTMAX_MID.replace("sum(c) e[b, c, l]", "sum(ll) e[b, c, ll]"))
+    assert hoist_outer_invariant(row) is row

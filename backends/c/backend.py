@@ -43,6 +43,7 @@ from kdsl.backends.c.contraction import contractions
 from kdsl.backends.c.conv import convolutions
 from kdsl.backends.lower.layouts import contiguous_operands
 from kdsl.backends.lower.scans import ranges_as_scans
+from kdsl.backends.lower.stages import hoist_outer_invariant
 from kdsl.backends.base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
 from kdsl.backends.c.emit import CTYPE, SUPPORTED_CALLS
 from kdsl.backends.c.render import Options, dims_text
@@ -197,10 +198,11 @@ def gemm_defaults() -> tuple:
 @functools.lru_cache(maxsize=256)
 def canonical(op: ir.Op, packed: bool = False) -> ir.Op:
     """The op as the shared lowering reads it: prefix and suffix ranged sums as scans (a
-    suffix sum walked output by output is quadratic), contraction factors copied into
-    the layout the row updates read contiguously, except (``packed``) those of a
-    contraction the packed GEMM reads itself."""
-    op = ranges_as_scans(op)
+    suffix sum walked output by output is quadratic), a reduction that skips an outer
+    output index as an intermediate of its own (``hoist_outer_invariant``), contraction
+    factors copied into the layout the row updates read contiguously, except (``packed``)
+    those of a contraction the packed GEMM reads itself."""
+    op = hoist_outer_invariant(ranges_as_scans(op))
     convs = convolutions(op)
     if not packed:
         return contiguous_operands(op, keep=lambda st: st.target in convs)

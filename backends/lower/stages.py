@@ -84,6 +84,44 @@ def hoist_reductions(op: ir.Op) -> tuple[list[ir.Statement], dict[str, ir.Tensor
     return out, tensors
 
 
+def hoist_outer_invariant(op: ir.Op) -> ir.Op:
+    """``op`` with each reduction in a statement's right side (not the whole of it, not
+    inside another reduction) that does not read an output index while it reads a later
+    one moved into an intermediate of its own: a loop nest in the output's order would
+    otherwise compute it again at every value of the index it does not read
+    (``y[b, c, l] = e[b, c, l] / sum(c) e[b, c, l]``, a softmax over the middle axis, summed
+    C times over; the C nest ran it at 0.24x of torch). ``op`` itself where there is none."""
+    tensors = list(op.tensors)
+    statements: list[ir.Statement] = []
+    counter = [0]
+    for st in op.statements:
+        shape = dict(zip(st.indices, op.tensor(st.target).shape))
+        extra: list[ir.Statement] = []
+
+        def visit(e: ir.Expr, top: bool) -> ir.Expr:
+            if isinstance(e, ir.Reduce):
+                free = free_names(e, op.dims)
+                read = [n in free for n in st.indices]
+                skipped = [k for k, r in enumerate(read) if not r]
+                if top or not skipped or not any(read[skipped[0] + 1:]):
+                    return e
+                keep = [n for n in st.indices if n in free]
+                name = f"kd_h{counter[0]}_{st.target}"
+                counter[0] += 1
+                tensors.append(ir.Tensor(name, "tmp", (_scratch_dtype(e),), None,
+                                         tuple(shape[n] for n in keep)))
+                extra.append(ir.Statement(name, tuple(keep), e))
+                return ir.Access(name, tuple(ir.Name(n) for n in keep))
+            if isinstance(e, (ir.Scan, ir.Collective)):
+                return e
+            return rebuild(e, lambda x: visit(x, False))
+        value = visit(st.value, True)
+        statements += extra + [dataclasses.replace(st, value=value)]
+    if counter[0] == 0:
+        return op
+    return dataclasses.replace(op, tensors=tuple(tensors), statements=tuple(statements))
+
+
 def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
           outputs_apart: bool = False) -> Staged:
     """``op`` as stages (see the module's docstring); with ``outputs_apart`` the outputs
