@@ -269,7 +269,7 @@ class Checker:
                     continue
                 ext = self._infer_extent(name, st.value, scope)
                 if not isinstance(ext, tuple):
-                    ext = from_readers(self, st, p) or ext
+                    ext = _chosen(st, name) or from_readers(self, st, p) or ext
                 if isinstance(ext, _Why):
                     self.fatal(ext.loc, f"cannot infer the range of index '{name}' from "
                                         f"{ext.what}; declare it on the left side, like "
@@ -663,6 +663,18 @@ class Checker:
                            f"baseline uses unknown name '{node.id}' (it sees the inputs, the "
                            f"dims, torch, F = torch.nn.functional, math, kt = kdsl.torch_ops "
                            f"and Python's {', '.join(sorted(BASELINE_BUILTINS))})")
+
+
+def _chosen(st: ir.Statement, name: str) -> tuple[ir.Expr, str] | None:
+    """(K, why) for the index of the K values a topk or argtopk on the right side chooses
+    (``v[t, r] = topk(e, K) x[t, e]``: r runs over 0 .. K), where nothing else ranges it."""
+    e = st.value
+    if not isinstance(e, ir.Collective) or e.op not in ("topk", "argtopk") or e.k is None:
+        return None
+    if name == e.index.name or any(isinstance(n, ir.Name) and n.name == name
+                                   for n in ir.walk(e.body)):
+        return None
+    return e.k, f"the {e.op}'s K"
 
 
 MAX_REPEAT_BITS = 24  # a sequence repeated in a baseline: at most 2**24 items

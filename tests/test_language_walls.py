@@ -466,3 +466,27 @@ def test_a_sum_over_the_middle_axis_inline_is_computed_once_per_column():
     # a statistic skipping only trailing indices (a row's max, read along the row) stays
     row = _op(SOFTMAX_MID.replace("sum(c) e[b, c, l]", "sum(ll) e[b, c, ll]"))
     assert hoist_outer_invariant(row) is row
+
+
+# ---- the index of a topk's chosen values -------------------------------------------------
+
+ROUTER = """\
+op router
+  dims T, E, K
+  in  logits: f32 [T, E]
+  out w: f32 [T, K]
+  v[t, r] = topk(e, K) logits[t, e]
+  w[t, r] = exp(v[t, r] - v[t, 0]) / sum(q) exp(v[t, q] - v[t, 0])
+  baseline torch.softmax(torch.topk(logits, K, dim=-1).values, dim=-1)
+  tolerance f32(rtol=1e-5, atol=1e-6)
+  test  T in 1..20, E in 1..64, K in 1..8 where K <= E
+  bench T=64, E=64, K=2
+"""
+
+
+def test_an_intermediate_of_topk_values_ranges_over_k():
+    op = _op(ROUTER)
+    assert op.tensor("v").shape[-1] == ir.Name("K")
+    assert check_agreement(op, per_dtype=2).ok
+    for backend in ("c", "numpy"):
+        _judged(op, backend)
