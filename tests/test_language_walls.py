@@ -490,3 +490,25 @@ def test_an_intermediate_of_topk_values_ranges_over_k():
     assert check_agreement(op, per_dtype=2).ok
     for backend in ("c", "numpy"):
         _judged(op, backend)
+
+
+# ---- a plain sum is no contraction -------------------------------------------------------
+
+ROW_SUM = """\
+op row_sum
+  dims M, N
+  in  x: f32 [M, N]
+  out y: f32 [M]
+  y[i] = sum(j) x[i, j]
+  baseline x.sum(dim=1)
+  tolerance f32(rtol=1e-4, atol=1e-3)
+  test  M in 1..20, N in 1..300
+  bench M=64, N=256
+"""
+
+
+def test_a_row_sum_reads_its_rows_as_they_lie():
+    from kdsl.backends.lower.layouts import contiguous_operands
+    op = _op(ROW_SUM)
+    assert contiguous_operands(op) is op  # (no transposed copy: the sum strode across it)
+    _judged(op, "c")

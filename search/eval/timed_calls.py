@@ -86,8 +86,14 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
     checked before the next plan's calls); filled here where missing."""
     rng = random.SystemRandom()
     calls = warmup + reps
-    p = CallPlan(varied_inputs(op, sizes, dtype), rng.getrandbits(62),
-                 [rng.randrange(SPREAD) for _ in range(calls)], pristine=list(pristine or []),
+    # each call's window at an offset no other call of the request has: two calls of a set
+    # at one offset got the same inputs, and an answer kept by their contents was served
+    # (drawn with replacement, two of a set's calls met about once in two hundred
+    # requests of ten calls)
+    offsets = rng.sample(range(SPREAD), calls) if calls <= SPREAD else \
+        [rng.randrange(SPREAD) for _ in range(calls)]
+    p = CallPlan(varied_inputs(op, sizes, dtype), rng.getrandbits(62), offsets,
+                 pristine=list(pristine or []),
                  buffers=len(outs), bases=len(pristine) if pristine else len(outs))
     # each set's outputs at one of its timed calls (a set never checked could be computed
     # wrong at every call: it would halve the median and pass half the time), all of them
