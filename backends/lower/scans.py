@@ -61,17 +61,11 @@ def _scanned(kind, j, body, red_op, shape, extra, tensors, st, op) -> ir.Expr:
     # of the target's kind (an intermediate's dtype is its kind's: f32, i64 or bool): an
     # i64 running minimum kept in f32 lost its low bits. (An op whose dtypes span kinds,
     # ``f32 | i64``, keeps its first one's.)
-    tensors.append(ir.Tensor(name, "tmp", (_declared(op, st.target),), None,
-                             op.tensor(st.target).shape))
+    tensors.append(ir.Tensor(name, "tmp", (op.dtype_of(st.target, op.dtype_choices[0]),),
+                             None, op.tensor(st.target).shape))
     extra.append(ir.Statement(name, st.indices,
                               ir.Scan(SCAN_OF[red_op], j, subst(body, {j: flip}))))
     return ir.Access(name, tuple(flip if n == j else ir.Name(n) for n in st.indices))
-
-
-def _declared(op: ir.Op, name: str) -> str:
-    """The first dtype tensor ``name`` is declared with (through ``like``)."""
-    t = op.tensor(name)
-    return _declared(op, t.like) if t.like is not None else t.dtypes[0]
 
 
 def _scan_form(e: ir.Expr, shape: dict, dims):
