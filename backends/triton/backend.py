@@ -542,11 +542,14 @@ def _row_defaults(plan: Plan, bench: dict, strategies) -> dict:
         # the reduced index is not the fastest-moving one in memory but the row axis is
         # (a sum over dim 1 of [B, D1, D2], a softmax over dim 0): lanes across rows read
         # consecutive addresses, so a program takes many rows and a short column chunk at
-        # a time (H200, sums over dim 1 of [128, 4096, 4095] f32: 2.60 ms, 1.28x the floor)
+        # a time (H200, sums over dim 1 of [128, 4096, 4095] f32: 2.60 ms, 1.28x the floor).
+        # A full tile of 2048 lanes on 8 warps: in a search on an H100 (2026-12-06) that
+        # sum's [128, 16] tile took 3.11 ms on 8 warps against 3.89 on 4 (compile: 3.52;
+        # 2.9 ms the floor), and every other tile and strategy tried lost to it
         br = _pick(ROWS, min(_np2(rows), 128))
+        bc = _pick(COLS, min(_np2(cols), max(1, 2048 // br)))
         return {"reduce": "online" if "online" in strategies else "looped",
-                "BLOCK_R": br, "BLOCK_C": _pick(COLS, min(_np2(cols), max(1, 2048 // br))),
-                "num_warps": 4}
+                "BLOCK_R": br, "BLOCK_C": bc, "num_warps": 8 if br * bc >= 2048 else 4}
     if plan.static_column and plan.inner is None and cols <= WINDOW_TAPS:
         # a short window (pooling): many outputs per program (H200, max_pool1d bf16: 0.21
         # ms against 0.28 ms for a [512, 4] one-pass tile), read by stride phases, one
