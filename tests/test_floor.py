@@ -1,7 +1,8 @@
 """The memory-traffic floor counts what a correct kernel must touch: rows gathered, ranges
-read (the last T events of each segment), outputs; a CPU floor charges only the bytes
-beyond the caches, at a bandwidth measured beyond them. A correct kernel that reads a
-subset is believed; one that skips work is still flagged, with both figures."""
+read (the last T events of each segment), outputs; a CPU floor charges the bytes beyond
+the caches at a bandwidth measured beyond them, and those inside at a rate measured inside
+them (never 0 where bytes move). A correct kernel that reads a subset is believed; one
+that skips work is still flagged, with both figures."""
 from __future__ import annotations
 
 import dataclasses
@@ -207,31 +208,110 @@ def test_a_kernel_that_skips_the_work_is_still_flagged(monkeypatch):
 
 # ---- the CPU: caches ---------------------------------------------------------------
 
-def test_a_cpu_floor_charges_only_the_bytes_beyond_the_caches(monkeypatch):
+def test_a_cpu_floor_charges_the_bytes_beyond_the_caches_at_the_copy_bandwidth(monkeypatch):
     monkeypatch.setattr(floor, "cache_bytes", lambda: 32 << 20)
+    monkeypatch.setattr(floor, "cache_bandwidth", lambda: 100e9)  # inside: 2 x 100 GB/s
     bw = 10e9  # bytes/s beyond the caches
-    # a 33 MB point inside a 32 MiB L3 (33.5 MB) runs at cache speed: nothing to charge
-    assert floor.floor_ms(33_000_000, bw, "cpu") == 0.0
+    # a 33 MB point inside a 32 MiB L3 (33.5 MB) runs at cache speed, charged at it
+    assert floor.floor_ms(33_000_000, bw, "cpu") == pytest.approx(33_000_000 / 200e9 * 1e3)
     assert floor.verdict(0.5, 33_000_000, bw, "cpu") is None
-    # the GPU's timer flushes L2: all of it counts there
+    # the GPU's timer flushes L2: all of it counts there, at the copy bandwidth
     assert floor.verdict(0.5, 33_000_000, bw, "cuda").startswith("suspect: 0.5 ms")
-    # a point far beyond the caches: what cannot stay in them is charged
+    # a point far beyond the caches: what cannot stay in them at the copy bandwidth
     big = 1_000_000_000
-    assert floor.floor_ms(big, bw, "cpu") == pytest.approx((big - (32 << 20)) / bw * 1e3)
+    inside = 32 << 20
+    assert floor.floor_ms(big, bw, "cpu") == pytest.approx(
+        (big - inside) / bw * 1e3 + inside / 200e9 * 1e3)
     message = floor.verdict(10.0, big, bw, "cpu")
     assert message.startswith("suspect: 10 ms is faster than the memory-traffic floor 96.")
-    assert "beyond the caches' 33.55 MB" in message and "1000 MB" in message
+    assert "beyond the caches' 33.55 MB at 10 GB/s" in message and "1000 MB" in message
+    assert "the rest at 200 GB/s inside them" in message
     assert floor.verdict(90.0, big, bw, "cpu") is None
 
 
+def test_a_cpu_point_inside_the_caches_has_a_floor(monkeypatch):
+    """An outsider's bincount (8.4 MB), one_hot (33.6 MB), rope, attention points on a
+    CPU with 35.7 MB of L2 + L3 printed 'memory floor 0 ms': every byte was inside the
+    caches, and those were not charged at all. They are, at the rate inside the caches."""
+    monkeypatch.setattr(floor, "cache_bytes", lambda: 32 << 20)
+    monkeypatch.setattr(floor, "cache_bandwidth", lambda: 150e9)
+    nbytes = 8_391_680
+    assert floor.floor_ms(nbytes, 12e9, "cpu") == pytest.approx(nbytes / 300e9 * 1e3)
+    message = floor.verdict(0.001, nbytes, 12e9, "cpu")
+    assert message.startswith("suspect: 0.001 ms is faster than the memory-traffic floor "
+                              "0.02797 ms (8.392 MB read and written, all inside the caches' "
+                              "33.55 MB, at 300 GB/s inside them)")
+    assert floor.verdict(0.03, nbytes, 12e9, "cpu") is None
+    # the rate inside is never below the one beyond (a slow measurement by bad luck)
+    monkeypatch.setattr(floor, "cache_bandwidth", lambda: 1e9)
+    assert floor.floor_ms(nbytes, 12e9, "cpu") == pytest.approx(nbytes / 12e9 * 1e3)
+    assert floor.floor_ms(0, 12e9, "cpu") == 0.0
+
+
+BINCOUNT = """\
+op bincount
+  dims N, NB
+  in  idx: i64 [N] in 0..NB
+  out h: i64 [NB]
+  h[c] = sum(i) (idx[i] == c)
+  baseline torch.bincount(idx, minlength=NB)
+  tolerance exact
+  test  N in 1..500, NB in 1..30
+  bench cpu: N=262144, NB=256, dtype=i64
+"""
+
+
+def bincount_kernel(inputs, outputs, sizes):
+    outputs["h"].copy_(torch.bincount(inputs["idx"], minlength=sizes["NB"]))
+
+
+def test_an_integer_point_inside_the_caches_is_judged_against_its_floor(monkeypatch):
+    """The timing stage reports the floor of a 2 MB integer point, and flags a time under
+    it (the bytes are counted: idx read, h written)."""
+    monkeypatch.setattr(floor, "cache_bytes", lambda: 32 << 20)
+    monkeypatch.setattr(floor, "cache_bandwidth", lambda: 100e9)
+    monkeypatch.setattr(timing, "_ORACLES", {})
+    monkeypatch.setattr(floor, "_BENCH_TRAFFIC", {})
+    op = spec.parse_text(BINCOUNT, "bincount.kspec").ops[0]
+    nbytes = 262144 * 8 + 256 * 8
+    t = timing.measure(op, bincount_kernel, CONFIG, timer=FakeTimer(1.0), bandwidth=1e10,
+                       baselines={})
+    assert t.message is None and t.artifacts["bytes"] == nbytes
+    assert t.artifacts["floor_ms"] == pytest.approx(nbytes / 200e9 * 1e3)
+    fast = 0.1 * nbytes / 200e9 * 1e3
+    t = timing.measure(op, bincount_kernel, CONFIG, timer=FakeTimer(fast), bandwidth=1e10,
+                       baselines={})
+    assert t.artifacts["suspect"] is True and t.message.startswith("suspect: ")
+
+
+def test_honest_work_inside_the_caches_timed_for_real_is_not_under_the_floor():
+    """A threaded copy, a threaded read-only sum and a single-threaded add of buffers
+    inside this machine's caches, their fastest runs, against the real rates."""
+    bw = floor.copy_bandwidth("cpu")
+    n = min(floor.cache_bytes() // 4, 16 << 20) // 4  # f32 elements
+    a, b = torch.rand(n), torch.rand(n)
+    out = torch.empty(n)
+    x, y, z = a.numpy(), b.numpy(), out.numpy()
+    for fn, moved in ((lambda: out.copy_(a), 8 * n), (lambda: a.sum(), 4 * n),
+                      (lambda: np.add(x, y, out=z), 12 * n)):
+        best = min(timing.default_timer("cpu")(fn, warmup=5, reps=50))
+        assert floor.verdict(best, moved, bw, "cpu") is None, (best, moved)
+        assert floor.floor_ms(moved, bw, "cpu") > 0
+
+
 def test_the_cpu_bandwidth_is_measured_on_buffers_larger_than_the_caches(monkeypatch):
-    moved = []
+    moved, inside = [], []
     monkeypatch.setattr(floor, "cache_bytes", lambda: 32 << 20)
     monkeypatch.setattr(floor, "_measure_copy", lambda device, n: moved.append(n) or 1e10)
+    monkeypatch.setattr(floor, "_measure_cache_copy", lambda: inside.append(1) or 9e10)
     monkeypatch.setattr(floor, "_BANDWIDTH", {})
     assert floor.copy_bandwidth("cpu", 1 << 20) == 1e10
     assert floor.copy_bandwidth("cpu", 1 << 30) == 1e10  # once a process, whatever the size
     assert moved == [floor.cpu_copy_bytes()] and moved[0] // 2 >= 2 * (32 << 20)
+    assert inside == [1] and floor.cache_bandwidth() == 9e10  # measured with it, once
+    monkeypatch.setattr(floor, "_measure_cache_copy", lambda: 8e10)
+    floor.copy_bandwidth("cpu", fresh=True)  # measured again: the fastest is kept
+    assert floor.cache_bandwidth() == 9e10 and floor.in_cache_rate(1e10) == 1.8e11
     monkeypatch.setattr(floor, "cache_bytes", lambda: 1 << 40)
     assert floor.cpu_copy_bytes() == 1 << 30  # capped
 
