@@ -238,7 +238,7 @@ class Emitter:
                      0.5: f"sqrtf({x})", -1: f"(1.0f / ({x}))"}
             if v in table:
                 return C(table[v], "f")
-        return C(f"powf({x}, {as_float(b)})", "f")
+        return C(f"kd_pow({x}, {as_float(b)})", "f")
 
     def call(self, e: ir.Call, scope: dict, stack: list, idx: bool) -> C:
         fn = e.fn
@@ -281,9 +281,9 @@ class Emitter:
                 C(f"kd_max64({x.text}, 0)", "i")
         if fn == "pow":
             return self.power(args[0], e.args[1], args[1])
-        floats = {"exp": "kd_exp", "log": "kd_log", "log1p": "log1pf", "expm1": "expm1f",
+        floats = {"exp": "kd_exp", "log": "kd_log", "log1p": "kd_log1p", "expm1": "kd_expm1",
                   "sqrt": "sqrtf", "rsqrt": "kd_rsqrt",
-                  "tanh": "kd_tanh", "erf": "erff", "sigmoid": "kd_sigmoid", "silu": "kd_silu"}
+                  "tanh": "kd_tanh", "erf": "kd_erf", "sigmoid": "kd_sigmoid", "silu": "kd_silu"}
         if fn in floats:
             return C(f"{floats[fn]}({as_float(args[0])})", "f")
         raise NotImplementedError(f"builtin {fn}")  # checked against ELEMENTWISE in supports()
