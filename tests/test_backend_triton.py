@@ -313,6 +313,22 @@ NOVEL = {
           test  M in 1..30, N in 1..30
           bench M=4096, N=4096, dtype=f32
         """,
+    # a top-k read by another statement (a softmax over a router's chosen logits): the
+    # top-k and its indices are one stage, the softmax reads its output
+    "topk_router": """
+        op topk_router
+          dims T, E, K
+          in  logits: f32 [T, E]
+          out w: f32 [T, K]
+          out ids: i64 [T, K]
+          v[t, r]   = topk(e, K) logits[t, e]
+          ids[t, r] = argtopk(e, K) logits[t, e]
+          w[t, r]   = exp(v[t, r] - v[t, 0]) / sum(q) exp(v[t, q] - v[t, 0])
+          baseline (torch.softmax(torch.topk(logits, K, dim=-1).values, dim=-1), torch.topk(logits, K, dim=-1).indices)
+          tolerance f32(rtol=1e-5, atol=1e-6)
+          test  T in 1..20, E in 1..16, K in 1..4 where K <= E
+          bench T=65536, E=64, K=2, dtype=f32
+        """,
     "int_mix": """
         op int_mix
           dims N
@@ -495,7 +511,7 @@ def runs(novel_specs):
     """Starts the two interpreter workers and the compiler together; waits for all three."""
     lib = _library()
     # sorting networks are slow to interpret: one case per dtype, a worker of their own
-    networks = {"sort_rows", "topk_rows", "row_argsort"}
+    networks = {"sort_rows", "topk_rows", "row_argsort", "topk_router"}
     items = [(n, lib[n]) for n in _covered()] + list(novel_specs.items())
     jobs: list[list] = [[], []]
     for name, path in items:

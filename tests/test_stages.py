@@ -446,3 +446,26 @@ def test_each_contraction_stage_sets_the_row_dims_of_its_own_factors(tmp_path):
                                                                        contractions[-1]))
     assert first["ROW_Q"] == first["ROW_K"] == 32  # D, rounded up to 16s
     assert last["ROW_p"] == last["ROW_V"] == 32     # S
+
+
+def test_a_top_k_read_by_another_statement_is_a_stage_with_its_indices():
+    op = _op("""
+        op router
+          dims T, E, K
+          in  logits: f32 [T, E]
+          out w: f32 [T, K]
+          out ids: i64 [T, K]
+          v[t, r]   = topk(e, K) logits[t, e]
+          ids[t, r] = argtopk(e, K) logits[t, e]
+          w[t, r]   = exp(v[t, r] - v[t, 0]) / sum(q) exp(v[t, q] - v[t, 0])
+          baseline (torch.softmax(torch.topk(logits, K, dim=-1).values, dim=-1), torch.topk(logits, K, dim=-1).indices)
+          tolerance f32(rtol=1e-5, atol=1e-6)
+          test  T in 1..20, E in 1..16, K in 1..4 where K <= E
+          bench T=65536, E=64, K=2, dtype=f32
+    """)
+    lowered = tb._lowered(op)
+    assert isinstance(lowered, Staged)
+    outs = [[t.name for t in s.outputs] for s in lowered.stages]
+    assert outs[0] == ["v", "ids"]  # one top-k of each row gives both
+    assert [tb._stage_kind(s) for s in lowered.stages][0] == "collective"
+    assert sum("ids" in o for o in outs) == 1 and outs[-1] == ["w"]

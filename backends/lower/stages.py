@@ -18,6 +18,8 @@ all three the same way:
    variance in one pass, split-K);
 4. an elementwise factor of a sum of products is materialized, so that the sum is a
    contraction of two reads (a GEMM); a scan read at a computed index is materialized;
+   a sort or top-k read by another statement is materialized, in one stage with the
+   sorts and top-ks of the same values (a router's top-k weights and their indices);
 5. the outputs' statements, reading the scratch tensors, are the last stage (or one
    stage an output, where they cannot share a kernel).
 
@@ -130,7 +132,9 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
     statements, tensors = hoist_reductions(op)
     reductions = [st for st in statements if isinstance(st.value, ir.Reduce)]
     flipped = _scans_read_elsewhere(statements)
-    if not reductions and not flipped and not (outputs_apart and len(op.outputs) > 1):
+    sorted_together = _collectives_read(statements)
+    if not reductions and not flipped and not sorted_together and \
+            not (outputs_apart and len(op.outputs) > 1):
         raise Unsupported("no reduction to stage")
     operands = _computed_operands(statements, reductions) | flipped
     moments = dict(moment_pairs(reductions))  # mean -> its variance
@@ -140,6 +144,10 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
     for st in statements:
         if st in paired:
             continue  # computed with its mean
+        if st.target in sorted_together:
+            if sorted_together[st.target]:  # (empty: in the stage of the first)
+                groups.append(sorted_together[st.target])
+            continue
         if st in moments:
             parts = peel_moments(st, moments[st], tensors, bench, min_programs)
             peeled = peeled or len(parts) > 1
@@ -226,6 +234,32 @@ def _computed_operands(statements, reductions) -> set[str]:
                     any(free_names(s) & reduced for s in f.subscripts):
                 out.add(f.tensor)
     return out
+
+
+def _collectives_read(statements) -> dict[str, list[ir.Statement]]:
+    """Sorts and top-ks that another statement reads (a softmax over a router's top-k
+    logits): a sort stands alone on its right side, so its result is a stage's output,
+    not an expression inlined where it is read. Each maps to its stage: every sort and
+    top-k over the same values and range (``topk`` and ``argtopk`` of one row), once, in
+    the stage of the first; the others map to an empty list."""
+    defs = [st for st in statements if isinstance(st.value, ir.Collective)]
+    read = {n.tensor for st in statements for n in ir.walk(st.value)
+            if isinstance(n, ir.Access)}
+    out: dict[str, list[ir.Statement]] = {}
+    for st in defs:
+        if st.target not in read or st.target in out:
+            continue
+        key = _sorted_values(st)
+        same = [o for o in defs if _sorted_values(o) == key and o.indices == st.indices]
+        for o in same:
+            out[o.target] = []
+        out[same[0].target] = same
+    return out
+
+
+def _sorted_values(st: ir.Statement):
+    e = st.value
+    return (e.index.name, e.index.lo, e.index.hi, e.k, e.body)
 
 
 def _scans_read_elsewhere(statements) -> set[str]:
