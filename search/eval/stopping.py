@@ -183,11 +183,29 @@ def _running(pid: int, tid: str) -> bool:
 
 def _state(stat_path: str) -> str:
     """The state letter of a /proc ``stat`` file ("" when it is gone)."""
+    text = _read(stat_path)
+    return text.rpartition(b")")[2][1:2].decode() if text else ""
+
+
+def _read(path: str) -> bytes:
+    """A /proc file's bytes, b"" when it is gone. Read raw (``os.open``), not through a
+    text file object: the stops read a file or three a thread, on the judge's clock, and a
+    text ``open`` cost about three times as much (on the 2-core VM, halt and settle of a
+    13-thread process took 1.15 ms that way). Read to the end: a thread's list of
+    thousands of children is longer than a page."""
     try:
-        with open(stat_path) as f:
-            return f.read().rpartition(")")[2][1:2]
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return ""
+        return b""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def _tids(pid: int) -> list[str]:
@@ -198,13 +216,11 @@ def _tids(pid: int) -> list[str]:
 
 
 def _per_task(pid: int, name: str):
-    """The text of /proc/PID/task/TID/``name`` for each thread of ``pid`` still there."""
+    """The bytes of /proc/PID/task/TID/``name`` for each thread of ``pid`` still there."""
     for tid in _tids(pid):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/{name}") as f:
-                yield f.read()
-        except OSError:
-            continue
+        text = _read(f"/proc/{pid}/task/{tid}/{name}")
+        if text:
+            yield text
 
 
 def signal_pid(pid, sig) -> None:
