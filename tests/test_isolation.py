@@ -543,3 +543,15 @@ def kernel(inputs, outputs, sizes):
     assert r.ok, r.message
     assert seen, "the candidate's child was never seen"
     assert gone_soon(marker), "the forked child outlived its candidate"
+
+
+def test_the_stops_read_a_proc_file_to_its_end(tmp_path):
+    """A thread's list of children runs past a page with a few thousand of them: read short,
+    the stops would miss the processes listed after the cut."""
+    from kdsl.search.eval import stopping
+    listed = " ".join(str(100000 + i) for i in range(30000)).encode()  # 210 KB
+    path = tmp_path / "children"
+    path.write_bytes(listed)
+    assert stopping._read(str(path)) == listed  # noqa: SLF001
+    assert stopping._read(str(tmp_path / "gone")) == b""  # noqa: SLF001
+    assert stopping._state(f"/proc/{os.getpid()}/stat") in ("R", "S")  # noqa: SLF001
