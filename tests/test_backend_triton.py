@@ -329,6 +329,19 @@ NOVEL = {
           test  T in 1..20, E in 1..16, K in 1..4 where K <= E
           bench T=65536, E=64, K=2, dtype=f32
         """,
+    # a scalar input read inside a row reduction (its access has no subscript)
+    "any_above": """
+        op any_above
+          dims M, N
+          in  x: f32 [M, N]
+          in  t: f32 [] in 0 .. 4
+          out y: bool [M]
+          y[i] = max(j) (x[i, j] > t)
+          baseline (x > t).any(dim=1)
+          tolerance exact
+          test  M in 1..40, N in 1..300
+          bench M=32768, N=4096, dtype=f32
+        """,
     "int_mix": """
         op int_mix
           dims N

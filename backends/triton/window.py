@@ -56,8 +56,9 @@ def window_of(plan: Plan) -> Window | None:
     if rv.op not in REDUCERS or len(rv.ranges) != 1 or len(rv.indices) != 1:
         return None
     row, k = plan.row_axis[0], rv.indices[0]
-    reads = {(a.tensor, a.subscripts[-1]) for a in ir.walk(rv.body)
-             if isinstance(a, ir.Access) and _mentions(a.subscripts[-1], (row, k))}
+    reads = {(a.tensor, a.subscripts[-1]) for a in ir.walk(rv.body)  # (a scalar has none)
+             if isinstance(a, ir.Access) and a.subscripts and
+             _mentions(a.subscripts[-1], (row, k))}
     if len(reads) != 1:
         return None
     ((tensor, sub),) = reads
