@@ -28,6 +28,8 @@ from kdsl.backends.array import analysis as aa
 from kdsl.backends.array.dialect import DTYPE, Dialect, Val, atom, fold_subscript, subscript
 from kdsl.backends.array.gather import render_access
 from kdsl.backends.base import Unsupported
+from kdsl.backends.lower.scatter import match as scatter_match
+from kdsl.backends.lower.scatter import scatter_form
 
 IMIN, IMAX = -(1 << 63), (1 << 63) - 1
 _axis_ids = itertools.count()
@@ -142,7 +144,7 @@ class Lowering:
         reason = aa.unsupported_reason(op)
         if reason:
             raise Unsupported(reason)
-        self.op = aa.inline_intermediates(op, genome.get("fusion", "none"))
+        self.op = scatter_form(aa.inline_intermediates(op, genome.get("fusion", "none")))
         self.dtype, self.genome, self.d = dtype, genome, dialect
         self.counter = itertools.count()
         self.tensors: dict[str, TensorInfo] = {}
@@ -164,6 +166,11 @@ class Lowering:
         return [f"def {name}(inputs, outs, sizes):"] + ["    " + line for line in body]
 
     def statement(self, st: ir.Statement) -> list[str]:
+        sc = scatter_match(self.op, st)
+        if sc is not None:
+            from kdsl.backends.array import scatter
+            if scatter.static(self.op, sc):
+                return scatter.statement(self, st, sc)
         target = self.op.tensor(st.target)
         n_out, depth = len(st.indices), aa.bound_depth(st.value)
         middle = self.genome.get("reduce_axes") == "middle" and n_out >= 2

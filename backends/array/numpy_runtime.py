@@ -303,3 +303,30 @@ def erf(x):
         poly = poly * t + c
     r = 1.0 - t * np.exp(-z * z + poly)
     return np.where(x >= 0, r, -r)
+
+
+# ---- scatter-adds ------------------------------------------------------------------
+
+
+def scatter_add(shape, keys, keyed, value, grid, dtype) -> np.ndarray:
+    """An array of ``shape``: ``value`` (an array of the ``grid``, or a number) added at
+    ``keys`` (one array per dim, broadcast to the grid) where each ``keyed`` key is in
+    its dim's range (a key outside lands in a spare element, dropped). Counts and integer
+    weights are exact (int64, wrapping); float weights are summed in float64."""
+    size = int(np.prod(shape, dtype=np.int64))
+    flat, bad = np.zeros((), dtype=np.int64), np.zeros((), dtype=bool)
+    for k, n, test in zip(keys, shape, keyed):
+        k = np.asarray(k, dtype=np.int64)
+        flat = flat * n + k
+        if test:
+            bad = bad | (k < 0) | (k >= n)
+    flat = np.broadcast_to(np.where(bad, size, flat), grid).ravel()
+    if np.ndim(value) == 0:
+        out = np.bincount(flat, minlength=size + 1) * value
+    elif np.asarray(value).dtype.kind == "f":
+        out = np.bincount(flat, weights=np.asarray(value, dtype=np.float64).ravel(),
+                          minlength=size + 1)
+    else:
+        out = np.zeros(size + 1, dtype=np.int64)
+        np.add.at(out, flat, np.asarray(value, dtype=np.int64).ravel())
+    return out[:size].reshape(shape).astype(dtype)

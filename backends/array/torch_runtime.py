@@ -237,3 +237,32 @@ def triu(p, f: int, which: int):
     if not table.numel():
         return p * 0
     return table[torch.clamp(p, 0, table.numel() - 1)]
+
+
+# ---- scatter-adds ------------------------------------------------------------------
+
+
+def scatter_add(shape, keys, keyed, value, grid, dtype) -> torch.Tensor:
+    """The twin of ``numpy_runtime.scatter_add``: counts by ``bincount``, weights by
+    ``index_add_`` into int64 (exact) or float64, cast to ``dtype``."""
+    size = 1
+    for n in shape:
+        size *= n
+    flat, bad = 0, None
+    for k, n, test in zip(keys, shape, keyed):
+        k = torch.as_tensor(k, dtype=torch.int64)
+        flat = flat * n + k
+        if test:
+            out_of = (k < 0) | (k >= n)
+            bad = out_of if bad is None else bad | out_of
+    flat = torch.as_tensor(flat)
+    if bad is not None:
+        flat = torch.where(bad, size, flat)
+    flat = flat.expand(grid).reshape(-1)
+    wide = torch.float64 if dtype.is_floating_point else torch.int64
+    if not isinstance(value, torch.Tensor):
+        out = torch.bincount(flat, minlength=size + 1).to(wide) * value
+    else:
+        out = torch.zeros(size + 1, dtype=wide, device=flat.device)
+        out.index_add_(0, flat, value.to(wide).reshape(-1))
+    return out[:size].reshape(shape).to(dtype)

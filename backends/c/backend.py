@@ -23,6 +23,9 @@ Genes (only those that matter for an op are in its space):
 - ``vec``: preferred vector width in bits; ``simdlen``: omp simd length hint (0: none);
   ``unroll``: ``#pragma GCC unroll`` of innermost loops (0: compiler's choice).
 - ``fast_div``: division by a loop-invariant value becomes a multiply by its reciprocal.
+- ``scatter``: a sum over an equality indicator (``h[c] = sum(i) (idx[i] == c)``) as a
+  scatter-add (``lower.scatter``, module ``scatter``) or as the dense loop nest; only
+  in the space of an op that has one.
 - ``gemm``: a contraction (``contraction.recognise``) as a ``packed`` GEMM (module ``gemm``), or
   as the loop nest of any other statement (``loops``, its operands copied by
   ``lower.layouts`` first); ``mr`` x ``nr`` the micro-kernel's register tile, ``kc``,
@@ -43,6 +46,7 @@ from kdsl.backends.c.contraction import contractions
 from kdsl.backends.c.conv import convolutions
 from kdsl.backends.lower.layouts import contiguous_operands
 from kdsl.backends.lower.scans import ranges_as_scans
+from kdsl.backends.lower.scatter import scatter_form, scatters
 from kdsl.backends.lower.stages import hoist_outer_invariant
 from kdsl.backends.base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
 from kdsl.backends.c.emit import CTYPE, SUPPORTED_CALLS
@@ -81,6 +85,7 @@ class CBackend:
 
     # ---- search space ----
     def space(self, op: ir.Op, device: str) -> Space:
+        scattered = scatters(canonical(op, False, True))
         op = canonical(op)
         facts = _facts(op)
         genes = [Gene("threads", THREADS, doc="OpenMP threads"),
@@ -112,6 +117,9 @@ class CBackend:
         if facts["division"] and not (op.tolerance and op.tolerance.exact):
             genes.append(Gene("fast_div", (True, False), doc="reciprocal of invariant divisors"))
         defaults: tuple = ()
+        if scattered:
+            genes.append(Gene("scatter", (True, False), level=0,
+                              doc="sums over an indicator as scatter-adds or dense loops"))
         if facts["contraction"]:
             genes += GEMM_GENES
             defaults += gemm_defaults()
@@ -132,7 +140,8 @@ class CBackend:
                        gemm=g.get("gemm", "loops"), mr=g.get("mr", 8), nr=g.get("nr", 32),
                        kc=g.get("kc", 256), mc=g.get("mc", 256), nc=g.get("nc", 512),
                        split_k=g.get("split_k", "auto"), conv=g.get("conv", "loops"),
-                       conv_cob=g.get("conv_cob", 8), conv_nv=g.get("conv_nv", 2))
+                       conv_cob=g.get("conv_cob", 8), conv_nv=g.get("conv_nv", 2),
+                       scatter=g.get("scatter", True))
 
     # ---- code ----
     def render(self, op: ir.Op, genome: Genome, device: str) -> str:
@@ -142,7 +151,7 @@ class CBackend:
             raise Unsupported(why)
         g = self.space(op, device).complete(genome)
         opt = self.options(op, genome, device)
-        op = canonical(op, opt.gemm == "packed")
+        op = canonical(op, opt.gemm == "packed", opt.scatter)
         header = f"kdsl c kernel: op {op.name} ({op.hash}), genome " + \
                  ", ".join(f"{k}={v}" for k, v in sorted(g.items()))
         try:
@@ -196,18 +205,26 @@ def gemm_defaults() -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def canonical(op: ir.Op, packed: bool = False) -> ir.Op:
+def canonical(op: ir.Op, packed: bool = False, scatter: bool = False) -> ir.Op:
     """The op as the shared lowering reads it: prefix and suffix ranged sums as scans (a
-    suffix sum walked output by output is quadratic), a reduction that skips an outer
-    output index as an intermediate of its own (``hoist_outer_invariant``), contraction
-    factors copied into the layout the row updates read contiguously, except (``packed``)
-    those of a contraction the packed GEMM reads itself."""
-    op = hoist_outer_invariant(ranges_as_scans(op))
+    suffix sum walked output by output is quadratic), with ``scatter`` a sum over an
+    indicator inside a larger right side as an intermediate of its own (``scatter_form``),
+    a reduction that skips an outer output index as an intermediate of its own
+    (``hoist_outer_invariant``), contraction factors copied into the layout the row
+    updates read contiguously, except (``packed``) those of a contraction the packed GEMM
+    reads itself, and those of a scatter."""
+    op = ranges_as_scans(op)
+    if scatter:
+        op = scatter_form(op)
+    op = hoist_outer_invariant(op)
     convs = convolutions(op)
+    scattered = scatters(op) if scatter else {}
     if not packed:
-        return contiguous_operands(op, keep=lambda st: st.target in convs)
+        return contiguous_operands(op, keep=lambda st: st.target in convs or
+                                   st.target in scattered)
     found = contractions(op)
-    return contiguous_operands(op, keep=lambda st: st.target in found or st.target in convs)
+    return contiguous_operands(op, keep=lambda st: st.target in found or st.target in convs
+                               or st.target in scattered)
 
 
 def _statement_problem(st: ir.Statement) -> str | None:

@@ -46,6 +46,7 @@ class Plan:
     storage: dict  # tensor name -> 'input' | 'output' | 'global' | 'scalar' | 'row'
     group_of: dict  # produced tensor -> group number
     contractions: dict = field(default_factory=dict)  # target -> Contraction, each alone
+    scatters: dict = field(default_factory=dict)  # target -> lower.scatter.Scatter, each alone
 
 
 # ---- expression utilities ----
@@ -230,20 +231,26 @@ def _extents(op: ir.Op, st: ir.Statement, names: tuple[str, ...]) -> tuple[ir.Ex
 
 
 def plan(op: ir.Op, fuse: bool = True, inline_tmps: bool = False, gemm: bool = False,
-         conv: bool = False) -> Plan:
+         conv: bool = False, scatter: bool = False) -> Plan:
     """Groups and storage; with ``gemm``, every contraction (``contraction.recognise``)
     is a group of its own, which the renderer writes as a packed GEMM; with ``conv``,
-    likewise every convolution (``conv.recognise``), for the direct kernel."""
+    likewise every convolution (``conv.recognise``), for the direct kernel; with
+    ``scatter``, every sum over an indicator (``lower.scatter.match``), as a scatter-add."""
     if inline_tmps:
         op = inline(op)
+    scattered = {}
+    if scatter:
+        from kdsl.backends.lower.scatter import scatters
+        scattered = scatters(op)
     contracted = {}
     if gemm:
         from kdsl.backends.c.contraction import contractions
-        contracted = contractions(op)
+        contracted = {k: v for k, v in contractions(op).items() if k not in scattered}
     alone = dict(contracted)
     if conv:
         from kdsl.backends.c.conv import convolutions
-        alone.update(convolutions(op))
+        alone.update({k: v for k, v in convolutions(op).items() if k not in scattered})
+    alone.update(scattered)
     raw: list[tuple[list[ir.Statement], tuple[ir.Expr, ...]]] = []
     for st in op.statements:
         ext = _extents(op, st, parallel_candidates(st))
@@ -276,7 +283,7 @@ def plan(op: ir.Op, fuse: bool = True, inline_tmps: bool = False, gemm: bool = F
             storage[t.name] = "global"
         else:
             storage[t.name] = "scalar" if len(t.shape) == p else "row"
-    return Plan(op, tuple(groups), storage, group_of, contracted)
+    return Plan(op, tuple(groups), storage, group_of, contracted, scattered)
 
 
 # ---- facts the search space depends on ----

@@ -19,6 +19,7 @@ from kdsl.backends.c.emit import CTYPE, KIND, LOAD, STORE, TMP_CTYPE, C, Emitter
 from kdsl.backends.c.gemm import Packed
 from kdsl.backends.c.nest import Nests
 from kdsl.backends.c.prelude import PRELUDE, segment_helper, sort_helpers
+from kdsl.backends.c.scatter import Scatters
 
 TMP_DTYPE = {"float": "f32", "int": "i64", "bool": "bool"}
 PARALLEL_MIN_WORK = 32768  # elements; below this a parallel region costs more than it saves
@@ -51,6 +52,7 @@ class Options:
     conv: str = "direct"      # convolutions: the "direct" kernel (module ``conv``) or "loops"
     conv_cob: int = 8         # output channels a micro-kernel keeps in registers
     conv_nv: int = 2          # vectors of output positions a micro-kernel keeps
+    scatter: bool = True      # sums over an indicator as scatter-adds (module ``scatter``)
 
 
 def dims_text(e: ir.Expr) -> str:
@@ -69,11 +71,11 @@ def dims_text(e: ir.Expr) -> str:
     raise ValueError(f"not a size expression: {e}")
 
 
-class KernelWriter(Nests, Packed, Direct):
+class KernelWriter(Nests, Packed, Direct, Scatters):
     def __init__(self, op: ir.Op, dtype: str, opt: Options, helpers: dict):
         self.op, self.dtype, self.opt, self.helpers = op, dtype, opt, helpers
         self.plan = c_plan.plan(op, opt.fuse, opt.inline_tmps, opt.gemm == "packed",
-                                opt.conv == "direct")
+                                opt.conv == "direct", opt.scatter)
         self.op = self.plan.op
         self.em = Emitter(self)
         self.overrides: dict = {}
@@ -175,6 +177,9 @@ class KernelWriter(Nests, Packed, Direct):
 
     def group(self, g: c_plan.GroupPlan) -> list[str]:
         target = g.stmts[0].st.target
+        sc = self.plan.scatters.get(target)
+        if sc is not None:
+            return self.scatter_group(g, sc)
         con = self.plan.contractions.get(target)
         if con is not None:
             return self.packed_group(g, con)
