@@ -84,3 +84,16 @@ def test_every_elementwise_call_vectorizes(tmp_path, fuse):
     scalar = {k: lines[n - 1].strip() for k, n in stores.items() if n not in vectorized}
     assert not scalar, scalar
     assert not re.search(r"\b(erff|expf|logf|log1pf|expm1f|tanhf|fmodf|powf)\(", "\n".join(lines))
+
+
+def test_math_bound_ops_default_to_512_bit_vectors_where_the_cpu_has_them(monkeypatch):
+    c = backends.get("c")
+    gelu = spec_mod.parse_text(EVERY).ops[0]
+    plain = spec_mod.parse_text(SOFTPLUS.replace("log(1 + exp(x[i, j]))", "x[i, j] * 2")).ops[0]
+    monkeypatch.setattr(build, "native_macros", lambda: frozenset({"__AVX512F__"}))
+    assert c.space(gelu, "cpu").default()["vec"] == 512
+    assert c.space(plain, "cpu").default()["vec"] == 256
+    assert c.space(plain, "cpu").gene("vec").values == (512, 256, 128)
+    monkeypatch.setattr(build, "native_macros", lambda: frozenset({"__AVX2__"}))
+    assert c.space(gelu, "cpu").gene("vec").values == (256, 128)
+    assert c.space(gelu, "cpu").default()["vec"] == 256
