@@ -284,6 +284,69 @@ def test_an_integer_point_inside_the_caches_is_judged_against_its_floor(monkeypa
     assert t.artifacts["suspect"] is True and t.message.startswith("suspect: ")
 
 
+# Top-1 routing: each token copies its best expert's row. The row is chosen by a value
+# the kernel computes, so a correct kernel reads T rows of the table, not E.
+ROUTE = """\
+op route
+  dims T, E, D
+  in  logits: f32 [T, E]
+  in  table: f32 [E, D]
+  out y: like logits [T, D]
+  e[t] = argmax(k) logits[t, k]
+  y[t, d] = table[e[t], d] pad(0)
+  baseline table[logits.argmax(dim=1)]
+  tolerance exact
+  test  T in 1..8, E in 1..64, D in 1..64
+  bench cpu: T=4, E=2048, D=1024, dtype=f32
+"""
+
+
+def route_kernel(inputs, outputs, sizes):
+    outputs["y"].copy_(inputs["table"][inputs["logits"].argmax(dim=1)])
+
+
+def test_a_gather_through_an_index_the_kernel_computes_is_not_charged_whole(monkeypatch):
+    """The table (8.4 MB, inside the caches) was counted whole: at 200 GB/s a 0.042 ms
+    floor for an honest kernel that reads four of its rows in about 0.01 ms; rejected.
+    (Beyond the caches, E=8192 D=4096, an honest C kernel timed 0.42 ms against a 5.4 ms
+    floor on the 2-core VM.) Which rows a computed index reaches is not known: none count."""
+    op = spec.parse_text(ROUTE, "route.kspec").ops[0]
+    assert floor.touched(op, {"T": 4, "E": 2048, "D": 1024}) == {"logits": 4 * 2048,
+                                                                  "table": 0}
+    monkeypatch.setattr(floor, "cache_bytes", lambda: 32 << 20)
+    monkeypatch.setattr(floor, "cache_bandwidth", lambda: 100e9)
+    monkeypatch.setattr(timing, "_ORACLES", {})
+    monkeypatch.setattr(floor, "_BENCH_TRAFFIC", {})
+    t = timing.measure(op, route_kernel, CONFIG, timer=FakeTimer(0.01), bandwidth=1e10,
+                       baselines={})
+    assert t.message is None, t.message
+    assert t.artifacts["suspect"] is False
+    assert t.artifacts["bytes"] == (4 * 2048 + 4 * 1024) * 4  # logits read, y written
+
+
+def test_reads_differing_in_two_groups_count_no_more_than_they_touch():
+    """x[i, 0] + x[0, i] reads 2N - 1 elements; the product of the groups' unions counted
+    N x N (a 4 MB floor for 16 KB read, N=1024). Now the larger read, a lower bound."""
+    op = spec.parse_text(BORDER, "border.kspec").ops[0]
+    assert floor.touched(op, {"N": 1024}) == {"x": 1024}
+    # alike but for one group, the union is exact: the first and last column
+    two = spec.parse_text(BORDER.replace("x[0, i]", "x[i, N - 1]"), "cols.kspec").ops[0]
+    assert floor.touched(two, {"N": 1024}) == {"x": 2 * 1024}
+
+
+BORDER = """\
+op border
+  dims N
+  in  x: f32 [N, N]
+  out y: like x [N]
+  y[i] = x[i, 0] + x[0, i]
+  baseline x[:, 0] + x[0, :]
+  tolerance exact
+  test  N in 1..64
+  bench cpu: N=1024, dtype=f32
+"""
+
+
 def test_honest_work_inside_the_caches_timed_for_real_is_not_under_the_floor():
     """A threaded copy, a threaded read-only sum and a single-threaded add of buffers
     inside this machine's caches, their fastest runs, against the real rates."""

@@ -101,6 +101,13 @@ class _Unknown(Exception):
     intermediate, or data the caller did not pass)."""
 
 
+class _Computed(_Unknown):
+    """A subscript, range or condition that reads a tensor the kernel computes (an
+    intermediate or an output): which positions the read picks is not known before the
+    kernel runs, so the floor counts none of them (``table[argmax(k) logits[t, k], d]``
+    reads one row of the table, not all of it)."""
+
+
 def touched(op: ir.Op, sizes: dict[str, int], inputs: dict | None = None) -> dict[str, int]:
     """Per input, how many of its elements some read touches (at most all of them).
 
@@ -108,10 +115,13 @@ def touched(op: ir.Op, sizes: dict[str, int], inputs: dict | None = None) -> dic
     ``where`` branch and the padding that guard it. Dims whose subscripts share no index
     are independent and counted apart, their counts multiplied: ``table[idx[i], d]`` is
     (rows idx reaches) x D without evaluating L x D tuples. Reads of one tensor are
-    unioned group by group where they group alike, else dim by dim (an overcount only
-    where two reads differ in two groups at once)."""
+    unioned group by group where they group alike and differ in one group at most, else
+    counted as the largest of them: a floor must never be above what a correct kernel can
+    reach (``x[i, 0] + x[0, i]`` reads 2N - 1 elements, not the N x N the product of the
+    groups' unions gives). A read whose positions depend on values the kernel computes
+    counts none (``_Computed``)."""
     reads, whole = _reads(op)
-    env = _Inputs(inputs)
+    env = _Inputs(inputs, {st.target for st in op.statements})
     out = {}
     for t in op.inputs:
         shape = shape_of(op, t.name, sizes)
@@ -185,13 +195,14 @@ def _reads(op: ir.Op) -> tuple[list[_Read], set[str]]:
 class _Inputs(dict):
     """The inputs a subscript may read, as given; anything else is ``_Unknown``."""
 
-    def __init__(self, given: dict | None):
+    def __init__(self, given: dict | None, computed=frozenset()):
         super().__init__()
         self.given = given or {}
+        self.computed = computed  # the tensors the kernel computes
 
     def __missing__(self, name: str):
         if name not in self.given:
-            raise _Unknown(name)
+            raise (_Computed if name in self.computed else _Unknown)(name)
         self[name] = a = np.asarray(self.given[name])
         return a
 
@@ -234,6 +245,8 @@ def _footprint(op, sizes, env, read: _Read, shape) -> list | None:
         order = [scope[n] for n in scope if n in names]
         try:
             hit = _evaluate(op, sizes, env, read, members, dims, order, shape)
+        except _Computed:
+            return None  # the positions depend on the kernel's own values: none counted
         except (_Unknown, _TooMany, KeyError, IndexError, ValueError, TypeError):
             hit = None  # counted whole
         if hit is not None and not hit.any():
@@ -325,18 +338,26 @@ def _lanes(ref, order: list[ir.IndexRange], spent: list, lanes=None, n: int = 1)
 
 
 def _union(prints: list[list], shape) -> list:
-    """The union of reads' footprints: group by group where they group alike, else dim by
-    dim (each joint bitmap projected on its dims)."""
-    if len({tuple(d for d, _ in f) for f in prints}) > 1:
-        prints = [[((p,), None if hit is None else
-                    hit.any(axis=tuple(i for i in range(len(dims)) if dims[i] != p)))
-                   for dims, hit in f for p in dims] for f in prints]
+    """The union of reads' footprints, group by group, where that is exact: they group
+    alike and differ in one group at most. Else the footprint of the read that touches
+    most: a product of the groups' (or dims') unions counts positions no read touches
+    (``x[i, 0] + x[0, i]``: N x N for 2N - 1), and a floor must stay low."""
+    alike = len({tuple(d for d, _ in f) for f in prints}) == 1
+    if not (alike and sum(not all(_same(f[k][1], prints[0][k][1]) for f in prints)
+                          for k in range(len(prints[0]))) <= 1):
+        return max(prints, key=lambda f: _count(f, shape))
     out = []
     for k, (dims, _) in enumerate(prints[0]):
         hits = [f[k][1] for f in prints]
         out.append((dims, None if any(h is None for h in hits) else
                     functools.reduce(np.logical_or, hits)))
     return out
+
+
+def _same(a, b) -> bool:
+    """Two groups' bitmaps (None: all of it) cover the same positions."""
+    return a is b or (a is not None and b is not None and np.array_equal(a, b)) or \
+        (a is None and bool(b.all())) or (b is None and bool(a.all()))
 
 
 def _count(groups: list, shape) -> int:
