@@ -555,3 +555,35 @@ def test_the_stops_read_a_proc_file_to_its_end(tmp_path):
     assert stopping._read(str(path)) == listed  # noqa: SLF001
     assert stopping._read(str(tmp_path / "gone")) == b""  # noqa: SLF001
     assert stopping._state(f"/proc/{os.getpid()}/stat") in ("R", "S")  # noqa: SLF001
+
+
+def test_a_thread_named_to_mislead_the_stops_is_read_by_its_state():
+    """A thread's name is the candidate's to choose (prctl, up to 15 bytes, any but NUL):
+    ')' and a fake state, newlines, bytes that are no UTF-8 (a text read raised
+    UnicodeDecodeError on them). The state is the kernel's letter after the last ')'."""
+    import ctypes
+    import threading
+
+    from kdsl.search.eval import stopping
+    names = [b"a) T (1", b"x\n) T 1\n", b"\xff\xfe)) t", b")" * 15]
+    tids, done = [], threading.Event()
+
+    def named(name):
+        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
+        tids.append(threading.get_native_id())
+        done.wait()
+
+    threads = [threading.Thread(target=named, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    try:
+        while len(tids) < len(names):
+            threading.Event().wait(0.001)
+        for tid in tids:
+            stat = f"/proc/{os.getpid()}/task/{tid}/stat"
+            assert stopping._state(stat) in ("S", "R")  # noqa: SLF001
+            assert stopping._running(os.getpid(), str(tid))  # noqa: SLF001
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
