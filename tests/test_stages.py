@@ -449,20 +449,8 @@ def test_each_contraction_stage_sets_the_row_dims_of_its_own_factors(tmp_path):
 
 
 def test_a_top_k_read_by_another_statement_is_a_stage_with_its_indices():
-    op = _op("""
-        op router
-          dims T, E, K
-          in  logits: f32 [T, E]
-          out w: f32 [T, K]
-          out ids: i64 [T, K]
-          v[t, r]   = topk(e, K) logits[t, e]
-          ids[t, r] = argtopk(e, K) logits[t, e]
-          w[t, r]   = exp(v[t, r] - v[t, 0]) / sum(q) exp(v[t, q] - v[t, 0])
-          baseline (torch.softmax(torch.topk(logits, K, dim=-1).values, dim=-1), torch.topk(logits, K, dim=-1).indices)
-          tolerance f32(rtol=1e-5, atol=1e-6)
-          test  T in 1..20, E in 1..16, K in 1..4 where K <= E
-          bench T=65536, E=64, K=2, dtype=f32
-    """)
+    from test_backend_triton import NOVEL  # the router the interpreter runs
+    op = _op(NOVEL["topk_router"])
     lowered = tb._lowered(op)
     assert isinstance(lowered, Staged)
     outs = [[t.name for t in s.outputs] for s in lowered.stages]
