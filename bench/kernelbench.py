@@ -4,7 +4,7 @@ the best of a search) against torch eager and torch.compile, on the GPU.
     python bench/kernelbench.py --level 1 --out DIR [--problems 1-18,23] [--budget N]
                                 [--workers 8] [--kernelbench CHECKOUT] [--timeout 120]
     python bench/kernelbench.py --rest-of A/kernelbench.json ... --out B   # what A did not reach
-    python bench/kernelbench.py --deadline-s 500 ...  # no evaluation starts after 500 s
+    python bench/kernelbench.py --deadline-s 500 ...  # no evaluation or search starts after 500 s
     python bench/kernelbench.py --merge A/kernelbench.json B/kernelbench.json --out DIR
 
 The specs are ``specs/kernelbench/level<L>/NN_name.kspec``. Each problem is evaluated by
@@ -279,7 +279,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rest-of", metavar="KERNELBENCH_JSON",
                     help="skip the problems that an earlier (cut) run already evaluated")
     ap.add_argument("--deadline-s", type=float, metavar="S",
-                    help="start no evaluation after S seconds (those running finish; "
+                    help="start no evaluation or search after S seconds (those running finish; "
                          "--rest-of runs the others later)")
     args = ap.parse_args(argv)
     if args.merge:
@@ -373,7 +373,7 @@ def main(argv=None) -> int:
         collect(admitted([Ask(n, ()) for n in again], alone, (), 1, deadline),
                 rows, out, meta, started)
         if args.budget > 0:
-            search_all(args, rows, files, out, pool, meta, started)
+            search_all(args, rows, files, out, pool, meta, started, deadline)
         if args.kernelbench:
             for number, path in files:
                 if "op" in rows[number]:
@@ -428,9 +428,12 @@ def collect(finished, rows: dict, out: Path, meta: dict, started: str) -> None:
         write(out, dict(meta, date=f"{started} to {now}"), list(rows.values()))
 
 
-def search_all(args, rows, files, out: Path, pool, meta, started) -> None:
+def search_all(args, rows, files, out: Path, pool, meta, started,
+               deadline: float | None = None) -> None:
     """A search of ``--budget`` evaluations a correct problem; its best timed again
-    against torch.compile (the search's own rewards are against eager)."""
+    against torch.compile (the search's own rewards are against eager). None starts after
+    ``deadline`` (``time.monotonic()``): a device call cut while a search ran kept nothing of
+    it, and the problems after it were not even named as left."""
     from kdsl import spec
     from kdsl.search import runs
     from kdsl.search.candidate import Candidate
@@ -443,6 +446,9 @@ def search_all(args, rows, files, out: Path, pool, meta, started) -> None:
     for number, path in files:
         row = rows[number]
         if not row.get("ok"):
+            continue
+        if deadline is not None and time.monotonic() > deadline:
+            row["search_note"] = "not searched: past --deadline-s"
             continue
         op = spec.load(path).ops[0]
         point = bench_point(op, args.device)

@@ -330,3 +330,19 @@ def test_a_deadline_leaves_the_rest_to_a_later_rest_of(tmp_path, monkeypatch):
     rows = json.loads((tmp_path / "kernelbench.json").read_text())["rows"]
     assert len(calls) == 1 and kernelbench.evaluated(rows) == set()
     assert "out of memory" in next(r for r in rows if r["problem"] == 19)["message"]
+
+
+def test_no_search_starts_past_the_deadline(tmp_path):
+    """A device call cut in a search kept nothing of it: past ``--deadline-s`` a correct
+    problem is left unsearched, and its row says so."""
+    import argparse
+    import time
+    rows = {8: {"problem": 8, "family": "matmul", "op": "kb08_matmul_irregular_shapes",
+                "ok": True, "kernel_ms": 1.0}}
+    files = [(8, kernelbench.spec_files(1, {8})[0][1])]
+    args = argparse.Namespace(device="cpu", budget=2, workers=1, timeout=60.0)
+    meta = {"device": "x", "level": 1, "budget": 2, "versions": {}, "date": "d"}
+    kernelbench.search_all(args, rows, files, tmp_path, None, meta, "d",
+                           deadline=time.monotonic() - 1)
+    assert rows[8]["search_note"] == "not searched: past --deadline-s"
+    assert "best_ms" not in rows[8] and not (tmp_path / "runs").exists()
