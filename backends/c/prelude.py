@@ -56,18 +56,22 @@ KD_INLINE uint16_t kd_st_f16(float f) {
 }
 
 /* ---- math (float, vectorizable) ---- */
-KD_INLINE float kd_exp(float x) {
-  float xc = x < -87.3365f ? -87.3365f : (x > 88.7228f ? 88.7228f : x);
-  float n = floorf(xc * 1.44269504088896341f + 0.5f);
-  float r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
+/* e^r for |r| <= ln2 / 2: 1 + r + r^2 P(r) (Cephes) */
+KD_INLINE float kd_exp_poly(float r) {
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+KD_INLINE float kd_exp(float x) {
+  float xc = x < -87.3365f ? -87.3365f : (x > 88.7228f ? 88.7228f : x);
+  float n = floorf(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = kd_exp_poly(r);
   int32_t ni = (int32_t)n;
   int32_t big = ni > 127;
   float s = kd_bits2f((uint32_t)(ni - big + 127) << 23);
@@ -120,13 +124,7 @@ KD_INLINE float kd_exp_core(float z) {
   float n = (z * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = z - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  float p = kd_exp_poly(r);
   return kd_bits2f(kd_f2bits(p) + ((uint32_t)(int32_t)n << 23));
 }
 /* erf: x (1 + P(x^2)) up to 0.921875; above, 1 - exp(G(t) - t^2) with G(t) ~ log erfc(t) + t^2
