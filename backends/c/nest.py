@@ -46,6 +46,27 @@ def acc_spec(op: str, body_kind: str, float_acc: str) -> Acc:
     return Acc(ctype, init, op, "f" if f else "i")
 
 
+# elements of a cascade's block: a float partial of 1024 terms (spread over the vector
+# lanes) keeps its rounding error near a few ulp, and the total of the partials is a
+# double, one add a block, so a sum of n terms errs like one of 1024 (a serial float sum
+# of 131,072 squares erred by 1e-5 of its value: a group norm's outputs near zero then
+# missed rtol 1e-4; float partials of 1024 added in float still erred by 1e-5 on a
+# million equal terms, whose roundings all lean one way)
+CASCADE = 1024
+
+
+def cascade(em, loop: Loop, acc: str, part: str) -> Loop:
+    """``loop`` (its body adding into ``part``) in blocks of ``CASCADE`` iterations, each
+    block's ``part`` added into ``acc``: the loop over the blocks, to place where ``loop``
+    was."""
+    blocks = Loop(em.fresh("b"), loop.lo, loop.hi, step=str(CASCADE), vector=False)
+    blocks.body.main.append(f"float {part} = 0;")
+    loop.lo, loop.hi = blocks.var, f"kd_min64({blocks.var} + {CASCADE}, {loop.hi})"
+    blocks.body.main.append(loop)
+    blocks.body.main.append(f"{acc} += {part};")
+    return blocks
+
+
 def update(op: str, acc: str, v: C, tmp: str, spec: Acc, idx: str = "", index: str = "") -> str:
     """C statements folding value ``v`` into accumulator ``acc``."""
     val = f"({spec.ctype})({v.text})"
@@ -94,24 +115,33 @@ class Nests:
             cur = cur + [loop.body]
         v = em.emit(e.body, inner, cur)
         last = loops[-1]
-        last.body.main.append(update(e.op, acc, v, em.fresh("v"), spec, idx, last.var))
+        simd = bool(spec.omp) and self.opt.reduce_vec == "simd"
+        # a float sum runs in blocks (a cascade): each block of the innermost loop into a
+        # partial of its own, added to the total after it
+        part = em.fresh("part") if simd and e.op in ("sum", "mean") and \
+            spec.ctype == "float" else None
+        last.body.main.append(update(e.op, part or acc, v, em.fresh("v"), spec, idx,
+                                     last.var))
         if e.op == "mean":
             last.body.main.append(f"{cnt} += 1;")
-        for outer, nested in zip(loops, loops[1:]):
+        placed = cascade(em, last, acc, part) if part else last
+        for outer, nested in zip(loops[:-1], loops[1:-1] + [placed]):
             outer.body.main.append(nested)
             outer.vector = False
-        if spec.omp and self.opt.reduce_vec == "simd":
-            last.reductions = [(spec.omp, acc)] + ([("+", cnt)] if e.op == "mean" else [])
+        if simd:
+            last.reductions = [(spec.omp, part or acc)] + \
+                ([("+", cnt)] if e.op == "mean" else [])
         else:
             last.vector = False
         blk: Block = stack[-1]
-        blk.pre.append(f"{spec.ctype} {acc} = {spec.init};")
+        blk.pre.append(f"{'double' if part else spec.ctype} {acc} = {spec.init};")
         if e.op.startswith("arg"):
             blk.pre.append(f"int64_t {idx} = {loops[0].lo};")
         if e.op == "mean":
             blk.pre.append(f"int64_t {cnt} = 0;")
-        blk.pre.append(loops[0])
-        return C(finish(e.op, acc, spec, idx, cnt), spec.kind)
+        blk.pre.append(loops[0] if len(loops) > 1 else placed)
+        done = finish(e.op, acc, spec, idx, cnt)
+        return C(f"((float){done})" if part else done, spec.kind)
 
     def interchange(self, sp, reds: list, scope: dict, stack: list) -> None:
         """The statement's innermost loop, tiled, with ``reds`` computed per tile outside it.

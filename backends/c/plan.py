@@ -316,9 +316,13 @@ def interchangeable(sp: StmtPlan) -> list[ir.Reduce]:
 
 def prefers_outer(sp: StmtPlan, red: ir.Reduce) -> bool:
     """The heuristic default: interchange when the innermost index moves along the last
-    (contiguous) dim of something the body reads, so the tile loop walks memory in order."""
-    d = sp.inner[-1]
+    (contiguous) dim of something the reduction streams (a read that moves with its
+    indices too), so the tile loop walks memory in order. A read the reduction does not
+    move (a group norm's mean per group, inside its variance) is one value a tile lane:
+    it gains nothing from the tile, and the streamed reads then gather across it."""
+    d, bound = sp.inner[-1], set(binders(red))
     for n in ir.walk(red.body):
-        if isinstance(n, ir.Access) and n.subscripts and d in free_names(n.subscripts[-1]):
+        if isinstance(n, ir.Access) and n.subscripts and d in free_names(n.subscripts[-1]) \
+                and bound & set().union(*(free_names(s) for s in n.subscripts)):
             return True
     return False
