@@ -414,7 +414,11 @@ def collect(finished, rows: dict, out: Path, meta: dict, started: str) -> None:
                        # where torch's default TF32 failed the spec's tolerance, the
                        # baselines are timed with it off; its default time stays here
                        baseline_precision=a.get("baseline_precision"),
-                       compile_default_ms=a.get("baseline_default_ms"))
+                       compile_default_ms=a.get("baseline_default_ms"),
+                       # the baseline is judged as the kernel is (timing.judged_baseline):
+                       # its median in the judge's own process, or why it was kept
+                       baseline_own_ms=a.get("baseline_own_ms"),
+                       baseline_judged=a.get("baseline_judged"))
             row.update(ok=res.ok, stage=res.stage, kernel_ms=res.time_ms,
                        compile_ms=res.baseline_ms if res.baseline_name == "torch.compile"
                        else None, floor_ms=a.get("floor_ms"),

@@ -315,5 +315,21 @@ def test_the_warm_up_and_the_reps_are_timed_in_whole_steps(monkeypatch):
     r = evaluate(dataclasses.replace(job(SLOW_SOFTMAX),
                                      config=dataclasses.replace(TIMED, warmup=1, reps=2)))
     assert r.ok, r.message
-    assert seen[0] == (0, 2) and seen[1] == (1, 3), seen  # the probe, then the main request
+    # the baseline's own request (timed as candidates are) in whole steps too; then the
+    # candidate's probe and its main request
+    assert seen == [(1, 3), (0, 2), (1, 3)], seen
     assert len(r.artifacts["timings_ms"]) == 3
+
+
+def test_the_baseline_is_timed_as_candidates_are(results):
+    """The baseline runs in a candidate process of its own, a step of calls at a time on the
+    judge's clock, so what a round trip costs is in both figures of a speedup; its median in
+    the judge's process is kept beside it."""
+    r = results["honest"]
+    arts = r.artifacts
+    assert r.ok and "baseline_judged" not in arts, arts.get("baseline_judged")
+    clock = arts["baseline_clock"]
+    assert clock["judge_clock_ms"] > 0 and arts["baseline_own_ms"] > 0
+    # never below what the judge's clock showed of its calls (each sample is at least its
+    # step's wall less the probed costs)
+    assert r.baseline_ms >= clock["judge_clock_ms"] - 1e-6

@@ -181,6 +181,13 @@ class _Host:
         return ("built", trim(self.built.log or ""), dict(self.built.meta),
                 self.built.prepare is not None)
 
+    def _baseline(self, op, name):
+        """The spec's baseline as the kernel (``baseline_kernel``), in a process that has
+        loaded no candidate."""
+        from .baseline_kernel import BaselineKernel
+        self.built = BaselineKernel(op, name)
+        return ("ok", None)
+
     def _prepare(self, shapes):
         self.built.prepare(shapes)
         return ("ok", None)
