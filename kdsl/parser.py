@@ -12,7 +12,7 @@ from importlib import resources
 import lark
 from lark import Lark, Token, Transformer, v_args
 
-from . import ir
+from . import ir, split_index
 from .builtins import ELEMENTWISE
 from .errors import Diagnostic, SpecError
 
@@ -205,6 +205,10 @@ class _ToIR(Transformer):
         target, *rest = c
         value = rest[-1]
         subs = [s for s in rest[:-1] if s is not None]
+        try:  # ``y[n, g * (C // G) + k] = ...``: one index of that axis, g and k read from it
+            subs, value = split_index.split(subs, value)
+        except split_index.SplitError as e:
+            raise _Invalid(e.loc, str(e)) from None
         names, ranges = [], []
         for p, s in enumerate(subs):
             if isinstance(s, ir.Num) and s.value == 0 and isinstance(s.value, int):
@@ -215,7 +219,8 @@ class _ToIR(Transformer):
             if not isinstance(s, (ir.Name, ir.IndexRange)):
                 raise _Invalid(getattr(s, "loc", _loc(target)),
                                "the left side is indexed by plain index names, like y[i, j] "
-                               "(or 0, on an axis of size 1)")
+                               "(or 0, on an axis of size 1, or g * A + k, an axis split "
+                               "into groups)")
             if s.name in names:
                 raise _Invalid(s.loc, f"index '{s.name}' appears twice on the left side")
             names.append(s.name)

@@ -304,10 +304,46 @@ op softplus_gemm
     assert "_kd_log1p(tl.exp(" in source and "_KD_LIBDEVICE = " in source
 
 
+# ---- an axis split into groups on the left side ----------------------------------------
+
+# the group norm as written group by group: y[n, g * (C // G) + k, ...]
+GROUP_NORM_SPLIT = _edit(GROUP_NORM, "  y[n, c, h, w] = (x[n, c, h, w] - mu[n, c // (C // G)]) * "
+                         "rsqrt(var[n, c // (C // G)] + 1e-5) * weight[c] + bias[c]",
+                         "  y[n, g * (C // G) + k, h, w] = (x[n, g * (C // G) + k, h, w] - "
+                         "mu[n, g]) * rsqrt(var[n, g] + 1e-5) * weight[k + (C // G) * g] + "
+                         "bias[g * (C // G) + k]")
+
+
+def test_an_axis_split_on_the_left_side_is_one_index_with_its_parts_read_back():
+    op = _op(GROUP_NORM_SPLIT)
+    y = op.statements[-1]
+    assert y.indices == ("n", "g_k", "h", "w"), y.indices
+    text = format_op(op)
+    # a read of the same split form is the index itself; the parts are read back from it
+    assert "x[n, g_k, h, w] - mu[n, g_k // (C // G)]" in text and "weight[g_k]" in text, text
+    check_agreement(op)  # the reference against F.group_norm on every test case
+
+
+@pytest.mark.parametrize("old,new,words", [
+    ("y[n, g * (C // G) + k, h, w]", "y[n, g * (C // @n) + k, h, w]",
+     "the multiplier of 'g' in this left-side subscript reads the index 'n'"),
+    ("y[n, g * (C // G) + k, h, w]", "y[n, g * (C // G) + @k, h, k]",
+     "index 'k' appears twice on the left side"),
+    ("y[n, g * (C // G) + k, h, w] = (x", "y[n, g * (C // G) + @k, h, w] = sum(k in 0 .. 1) (x",
+     "index 'k' of this left-side subscript is bound again on the right side"),
+    ("y[n, g * (C // G) + k, h, w]", "y[n, g * (C // G) @- k, h, w]",
+     "the left side is indexed by plain index names"),
+])
+def test_a_split_that_cannot_be_read_back_is_located(old, new, words):
+    assert words in _error(_edit(GROUP_NORM_SPLIT, old, new))
+
+
 # ---- the generators on the new forms -------------------------------------------------
 
-@pytest.mark.parametrize("text", [GROUP_NORM, REVERSE_CUMSUM, DEPTHWISE_SEPARABLE, DECLARED],
-                         ids=["group_norm", "cumsum_reverse", "depthwise_separable", "declared"])
+@pytest.mark.parametrize("text", [GROUP_NORM, REVERSE_CUMSUM, DEPTHWISE_SEPARABLE, DECLARED,
+                                  GROUP_NORM_SPLIT],
+                         ids=["group_norm", "cumsum_reverse", "depthwise_separable", "declared",
+                              "group_norm_split"])
 @pytest.mark.parametrize("backend", ["c", "numpy"])
 def test_kernels_of_the_new_forms_pass_the_judge(text, backend):
     _judged(_op(text), backend)
