@@ -329,6 +329,20 @@ NOVEL = {
           test  T in 1..20, E in 1..16, K in 1..4 where K <= E
           bench T=65536, E=64, K=2, dtype=f32
         """,
+    # a cross-entropy's picked logit written as a one-hot sum: read directly
+    # (lower.select), not a pass over the row
+    "one_hot_pick": """
+        op one_hot_pick
+          dims B, C
+          in  p: f32 [B, C]
+          in  t: i64 [B] in 0..C
+          out y: f32 [B]
+          y[i] = log(sum(j) exp(p[i, j])) - sum(j) where(j == t[i], p[i, j], 0.0)
+          baseline F.cross_entropy(p, t, reduction="none")
+          tolerance f32(rtol=1e-5, atol=1e-5)
+          test  B in 1..30, C in 1..300
+          bench B=32768, C=4096, dtype=f32
+        """,
     # a scalar input read inside a row reduction (its access has no subscript)
     "any_above": """
         op any_above

@@ -30,6 +30,7 @@ from kdsl.backends.array.gather import render_access
 from kdsl.backends.base import Unsupported
 from kdsl.backends.lower.scatter import match as scatter_match
 from kdsl.backends.lower.scatter import scatter_form
+from kdsl.backends.lower.select import selections_as_reads
 
 IMIN, IMAX = -(1 << 63), (1 << 63) - 1
 _axis_ids = itertools.count()
@@ -144,7 +145,8 @@ class Lowering:
         reason = aa.unsupported_reason(op)
         if reason:
             raise Unsupported(reason)
-        self.op = scatter_form(aa.inline_intermediates(op, genome.get("fusion", "none")))
+        self.op = scatter_form(selections_as_reads(
+            aa.inline_intermediates(op, genome.get("fusion", "none"))))
         self.dtype, self.genome, self.d = dtype, genome, dialect
         self.counter = itertools.count()
         self.tensors: dict[str, TensorInfo] = {}

@@ -46,6 +46,7 @@ from kdsl.backends.c.contraction import contractions
 from kdsl.backends.c.conv import convolutions
 from kdsl.backends.lower.layouts import contiguous_operands
 from kdsl.backends.lower.scans import ranges_as_scans
+from kdsl.backends.lower.select import selections_as_reads
 from kdsl.backends.lower.scatter import scatter_form, scatters
 from kdsl.backends.lower.stages import hoist_outer_invariant
 from kdsl.backends.base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
@@ -232,7 +233,7 @@ def canonical(op: ir.Op, packed: bool = False, scatter: bool = False) -> ir.Op:
     (``hoist_outer_invariant``), contraction factors copied into the layout the row
     updates read contiguously, except (``packed``) those of a contraction the packed GEMM
     reads itself, and those of a scatter."""
-    op = ranges_as_scans(op)
+    op = ranges_as_scans(selections_as_reads(op))
     if scatter:
         op = scatter_form(op)
     op = hoist_outer_invariant(op)

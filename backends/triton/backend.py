@@ -29,6 +29,7 @@ from kdsl.backends.base import BuildError, Built, Gene, Genome, Space, Unsupport
 from kdsl.backends.triton.kernel import divisor_dims, module
 from kdsl.backends.lower.attention import match as match_attention
 from kdsl.backends.lower.scans import ranges_as_scans
+from kdsl.backends.lower.select import selections_as_reads
 from kdsl.backends.lower.stages import Staged, recomputed, split
 from kdsl.backends.triton.plan import SEG, Plan, make_plan
 from kdsl.backends.triton import attention as triton_attention
@@ -303,8 +304,9 @@ MIN_PROGRAMS = 1024
 
 @lru_cache(maxsize=256)
 def _canonical(op: ir.Op) -> ir.Op:
-    """The op as the lowering reads it: prefix and suffix ranged sums as scans."""
-    return ranges_as_scans(op)
+    """The op as the lowering reads it: prefix and suffix ranged sums as scans, sums that
+    select one term by an equality as that term's read."""
+    return ranges_as_scans(selections_as_reads(op))
 
 
 @lru_cache(maxsize=256)
