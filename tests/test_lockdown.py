@@ -82,6 +82,13 @@ def kernel(inputs, outputs, sizes):
     attempt("inet_socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
     attempt("unix_socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close())
 
+    def forkserver():  # the server every candidate is forked from: it forks what it is sent
+        from multiprocessing import forkserver as fs
+        with socket.socket(socket.AF_UNIX) as c:
+            c.connect(fs._forkserver._forkserver_address)
+
+    attempt("connect_forkserver", forkserver)
+
     def clone_parent():  # a sibling of its own process: the forkserver's child
         import ctypes
         pid = ctypes.CDLL(None, use_errno=True).syscall({CLONE}, 0x8000 | 17, 0, 0, 0, 0)
@@ -180,6 +187,16 @@ def test_the_candidate_writes_only_its_own_folder(result):
     assert "write_own_tmp" in done(result), result.message
     assert not {"write_outside", "write_sources"} & done(result), result.message
     assert not OUTSIDE.exists() and not REPO_FILE.exists()
+
+
+def test_the_forkserver_refuses_it(result):
+    """Connected, it could have had a process of its own, unconfined and never stopped (a
+    review: one spun while the baseline was timed and every later speedup of the op read
+    31x); the server's socket is covered in its mount namespace."""
+    if layer(result, "filesystem") != "on":
+        pytest.skip(f"no mount namespace here: {layer(result, 'filesystem')}")
+    assert "connect_forkserver" not in done(result), result.message
+    assert "connect_forkserver=ConnectionRefusedError" in result.message, result.message
 
 
 def test_the_judges_and_the_servers_memory_are_closed(result):

@@ -133,7 +133,9 @@ def _lock_down(device: str) -> dict[str, str]:
         os.makedirs(triton_cache, exist_ok=True)
     except OSError:
         pass
-    return lock_down(private, writable=(triton_cache,))
+    from multiprocessing import forkserver
+    server = getattr(forkserver._forkserver, "_forkserver_address", None)  # (no public handle)
+    return lock_down(private, writable=(triton_cache,), hidden=(server,) if server else ())
 
 
 def _warm(device: str, torch) -> None:

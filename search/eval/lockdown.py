@@ -9,7 +9,8 @@ confined, in layers, each tried and reported on its own (``lock_down`` returns w
   private folder (its builds and temporary files), shared memory and the kernel's virtual
   file systems: nothing it writes can reach the kdsl sources, the measurement cache, a
   run's records or another candidate's build. (On a GPU, Triton's kernel cache stays
-  writable: Triton compiles there.)
+  writable: Triton compiles there.) The forkserver's socket is covered: it cannot ask for
+  a process of its own.
 - **seccomp**: signals only to itself and its own process group (a stopped judge or
   another worker's baseline would be slowed by a SIGSTOP), and never SIGCONT or another
   job-control signal (one undid the judge's stop), a group which nothing it forks can
@@ -78,8 +79,10 @@ def not_dumpable() -> None:
         pass
 
 
-def lock_down(private: str, writable: tuple[str, ...] = ()) -> dict[str, str]:
-    """Confine this process; ``private`` (created here) and ``writable`` stay writable.
+def lock_down(private: str, writable: tuple[str, ...] = (),
+              hidden: tuple[str, ...] = ()) -> dict[str, str]:
+    """Confine this process; ``private`` (created here) and ``writable`` stay writable,
+    the sockets ``hidden`` refuse it (``read_only_filesystem``).
     Returns {layer: 'on' | why not}."""
     report = {}
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
@@ -88,7 +91,8 @@ def lock_down(private: str, writable: tuple[str, ...] = ()) -> dict[str, str]:
                 for layer in ("filesystem", "seccomp", "capabilities")}
     not_dumpable()
     os.makedirs(private, exist_ok=True)
-    for layer, step in (("filesystem", lambda: read_only_filesystem((private, *writable))),
+    for layer, step in (("filesystem", lambda: read_only_filesystem((private, *writable),
+                                                                    hidden)),
                         ("seccomp", lambda: install_seccomp(os.getpid())),
                         ("capabilities", drop_capabilities)):
         try:
@@ -113,8 +117,14 @@ def mounts() -> list[tuple[str, str, set[str]]]:
     return out
 
 
-def read_only_filesystem(writable: tuple[str, ...]) -> None:
-    """A mount namespace of this process's own, every mount read-only but ``writable``."""
+def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = ()) -> None:
+    """A mount namespace of this process's own, every mount read-only but ``writable``,
+    and each socket file of ``hidden`` covered by /dev/null, so that connecting to it is
+    refused. (The forkserver every candidate is forked from takes a connection from
+    anyone who can reach its socket and forks whatever the pickle it is sent says: a
+    candidate got a process of its own that way, neither confined nor ever stopped, and
+    spun on the cores while the baseline was timed, 31x for a kernel identical to the
+    baseline. A read-only mount does not refuse ``connect``.)"""
     c = _c()
     _check(c.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(c.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
@@ -133,6 +143,9 @@ def read_only_filesystem(writable: tuple[str, ...]) -> None:
             p = path.encode()
             _check(c.mount(p, p, None, MS_BIND, None), f"bind {path}")
             _check(c.mount(None, p, None, MS_REMOUNT | MS_BIND, None), f"remount {path} rw")
+    for path in hidden:
+        if path and os.path.exists(path) and not os.path.isdir(path):
+            _check(c.mount(b"/dev/null", path.encode(), None, MS_BIND, None), f"cover {path}")
 
 
 # ---- seccomp -------------------------------------------------------------------

@@ -234,6 +234,7 @@ _SPARE_FINALIZER: list = []
 
 
 _OPEN: set = set()  # the sandboxes serving a candidate now (not the spare)
+_PAUSED: set = set()  # the spares ``spares_paused`` holds stopped now
 
 
 def open_sandbox(device: str, memory_mb: int | None) -> Sandbox:
@@ -286,13 +287,21 @@ def spares_paused(device: str):
     they share the cores being timed: on the 2-core CI VM a spare importing torch during
     the timed runs cost an OpenMP kernel a scheduler slice a call (0.03 ms calls ran 7.7 ms
     apiece on the judge's clock). A GPU's timing needs no cores of theirs."""
-    paused = [box for box in _SPARE.values() if device == "cpu" and box.process.is_alive()]
+    # (re-entrant: a block inside another pauses only what the outer one did not, and
+    # continues only what it paused itself. Sandbox.ready pauses the spare while it
+    # probes, inside the timing stage's block when the judge opens the baseline's
+    # process: its exit once continued the spare the stage had paused, which then
+    # imported torch through the baseline's timed calls, 0.1 ms judged at 8-10 ms)
+    paused = [box for box in _SPARE.values() if device == "cpu" and box.process.is_alive()
+              and box not in _PAUSED]
     for box in paused:
         stopping.signal_pid(box.process.pid, signal.SIGSTOP)
+        _PAUSED.add(box)
     try:
         yield
     finally:
         for box in paused:
+            _PAUSED.discard(box)
             stopping.signal_pid(box.process.pid, signal.SIGCONT)
 
 
