@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import linecache
+import os
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -517,7 +518,9 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
     lock = functools.partial(device_lock.exclusive, device, arts)
     # the baseline is timed as the candidate is (``judged_baseline``) where both are real:
     # the default timer, torch.compile itself, and a candidate in a process of its own
-    judge_baseline = timer is None and compile_fn is None and hasattr(kernel, "box")
+    # (``KDSL_JUDGED_BASELINE=0``: in the judge's process only, for measurement)
+    judge_baseline = timer is None and compile_fn is None and hasattr(kernel, "box") and \
+        os.environ.get("KDSL_JUDGED_BASELINE", "1") != "0"
     timer = timer or default_timer(device)
     with lock() if whole else contextlib.nullcontext():
         return _measure_at(op, point, case, as_kernel(kernel, timer), config, timer, bandwidth,
@@ -621,8 +624,10 @@ RETIME_PAUSE_S = {"cuda": 2.0, "cpu": 0.0}
 # read 7.11 against 5.71 (1.24x; its own timer 5.43) and stood at 1.5x. A request whose
 # figure its checked step lifts this far above its median, (ratio, ms), is timed again once
 # like a disturbed one, and the lower figure kept: each rests on a checked step of its own.
-# None on the CPU, for the reason above.
-LIFTED = {"cuda": (1.2, 0.05), "cpu": None}
+# On the CPU only a lift far beyond the judge's usual spread there: on the 2-core VM
+# (2026-12-06) KernelBench 12's checked step read 9.85 and 9.35 ms a call in two of six
+# evaluations against judged medians of 2.0 and 2.2 (its own timer: 1.2), the others 2.1-3.6.
+LIFTED = {"cuda": (1.2, 0.05), "cpu": (2.0, 1.0)}
 
 
 def lifted(figure_ms: float, judged: list[float], device: str) -> bool:
