@@ -347,3 +347,14 @@ def test_the_baseline_can_be_timed_in_the_judges_process_only(monkeypatch):
     r = evaluate(dataclasses.replace(job(SOFTMAX), config=dataclasses.replace(TIMED, reps=2)))
     assert r.ok, r.message
     assert "baseline_own_ms" not in r.artifacts and "baseline_judged" not in r.artifacts
+
+
+@pytest.mark.parametrize("wanted,cpu,cuda", [(None, True, False), ("1", True, True),
+                                             ("0", False, False)])
+def test_where_the_baseline_is_judged(monkeypatch, wanted, cpu, cuda):
+    from kdsl.search.eval import timing
+    if wanted is None:
+        monkeypatch.delenv("KDSL_JUDGED_BASELINE", raising=False)
+    else:
+        monkeypatch.setenv("KDSL_JUDGED_BASELINE", wanted)
+    assert timing.judges_baseline("cpu") is cpu and timing.judges_baseline("cuda") is cuda

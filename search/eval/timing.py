@@ -187,6 +187,17 @@ def whole_steps(config, sets: int) -> tuple[int, int]:
 BASELINE_REQUESTS = 2
 
 
+def judges_baseline(device: str) -> bool:
+    """Whether the baseline is timed in a process of its own on ``device``:
+    ``KDSL_JUDGED_BASELINE`` 1 or 0, or by default on the CPU only. On an H200 (2026-12-06,
+    KernelBench level 1, four workers) it took 8-11 s an evaluation (a process started,
+    torch.compile run again there), evaluations took 30-98 s against 7-45 s before, five
+    ran past their 100 s and two ran out of the card's memory beside the other workers'
+    (a 6.4 GB activation's baseline allocating its outputs in a third process)."""
+    wanted = os.environ.get("KDSL_JUDGED_BASELINE", "auto")
+    return wanted == "1" or (wanted != "0" and device == "cpu")
+
+
 def judged_baseline(op, case, device, config, base: BaselineTime, sets: list, hold, cache,
                     arts: dict) -> BaselineTime:
     """``base`` timed again as candidates are: in a candidate process of its own that has
@@ -518,9 +529,8 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
     lock = functools.partial(device_lock.exclusive, device, arts)
     # the baseline is timed as the candidate is (``judged_baseline``) where both are real:
     # the default timer, torch.compile itself, and a candidate in a process of its own
-    # (``KDSL_JUDGED_BASELINE=0``: in the judge's process only, for measurement)
     judge_baseline = timer is None and compile_fn is None and hasattr(kernel, "box") and \
-        os.environ.get("KDSL_JUDGED_BASELINE", "1") != "0"
+        judges_baseline(device)
     timer = timer or default_timer(device)
     with lock() if whole else contextlib.nullcontext():
         return _measure_at(op, point, case, as_kernel(kernel, timer), config, timer, bandwidth,
