@@ -42,45 +42,33 @@ def _first_name(e, names: set[str]) -> ir.Name | None:
     return min(found, key=lambda n: (n.loc.line, n.loc.column)) if found else None
 
 
+def _nodes(e):
+    """Every IR node in ``e`` (index ranges and bound indices included), ``e`` first."""
+    yield e
+    if dataclasses.is_dataclass(e) and not isinstance(e, ir.Loc):
+        for f in dataclasses.fields(e):
+            v = getattr(e, f.name)
+            for y in (v if isinstance(v, tuple) else (v,)):
+                if dataclasses.is_dataclass(y):
+                    yield from _nodes(y)
+
+
 def names_in(e) -> set[str]:
     """Every ``Name`` in ``e`` and every name it binds."""
-    out: set[str] = set()
-
-    def visit(x):
-        if isinstance(x, ir.Name):
-            out.add(x.name)
-        elif isinstance(x, ir.IndexRange):
-            out.add(x.name)
-        elif isinstance(x, ir.Scan):
-            out.add(x.index)
-        if dataclasses.is_dataclass(x) and not isinstance(x, ir.Loc):
-            for f in dataclasses.fields(x):
-                v = getattr(x, f.name)
-                for y in (v if isinstance(v, tuple) else (v,)):
-                    if dataclasses.is_dataclass(y):
-                        visit(y)
-    visit(e)
-    return out
+    return {n.name for n in _nodes(e) if isinstance(n, (ir.Name, ir.IndexRange))} | \
+        {n.index for n in _nodes(e) if isinstance(n, ir.Scan)}
 
 
 def bound_in(e) -> set[str]:
     """The names ``e`` binds: reduction and collective indices, scanned indices."""
     out: set[str] = set()
-
-    def visit(x):
-        if isinstance(x, (ir.Reduce,)):
-            out.update(r.name for r in x.indices)
-        elif isinstance(x, ir.Collective):
-            out.add(x.index.name)
-        elif isinstance(x, ir.Scan):
-            out.add(x.index)
-        if dataclasses.is_dataclass(x) and not isinstance(x, ir.Loc):
-            for f in dataclasses.fields(x):
-                v = getattr(x, f.name)
-                for y in (v if isinstance(v, tuple) else (v,)):
-                    if dataclasses.is_dataclass(y):
-                        visit(y)
-    visit(e)
+    for n in _nodes(e):
+        if isinstance(n, ir.Reduce):
+            out.update(r.name for r in n.indices)
+        elif isinstance(n, ir.Collective):
+            out.add(n.index.name)
+        elif isinstance(n, ir.Scan):
+            out.add(n.index)
     return out
 
 
