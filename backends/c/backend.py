@@ -281,7 +281,8 @@ def _facts(op: ir.Op) -> dict:
         "parallel": any(g.p for p in plans for g in p.groups),
         "max_p": max(g.p for p in plans for g in p.groups),
         "interchange": any(c_plan.interchangeable(sp) for p in plans for g in p.groups
-                           for sp in g.stmts),
+                           for sp in g.stmts) or
+        any(c_plan.tiled_index(p, g) for p in plans for g in p.groups),
         "gather": any(isinstance(n, ir.Access) and any(isinstance(s, ir.Access)
                                                        for s in n.subscripts) for n in nodes),
         "reduce": any(isinstance(n, ir.Reduce) for n in nodes),

@@ -288,14 +288,15 @@ def plan(op: ir.Op, fuse: bool = True, inline_tmps: bool = False, gemm: bool = F
 
 # ---- facts the search space depends on ----
 
-def interchangeable(sp: StmtPlan) -> list[ir.Reduce]:
-    """Top-level reductions of a statement that can run outside its innermost loop.
+def interchangeable(sp: StmtPlan, d: str | None = None) -> list[ir.Reduce]:
+    """Top-level reductions of a statement that can run outside its innermost loop (or
+    the loop of ``d``, another of its left-side indices).
 
-    They depend on the innermost left-side index, their ranges do not, and the
-    statement has no scan (a scan needs that index sequential)."""
-    if not sp.inner or any(isinstance(n, ir.Scan) for n in ir.walk(sp.st.value)):
+    They depend on that index, their ranges do not, and the statement has no scan (a scan
+    needs that index sequential)."""
+    if d is None and not sp.inner or any(isinstance(n, ir.Scan) for n in ir.walk(sp.st.value)):
         return []
-    d = sp.inner[-1]
+    d = d or sp.inner[-1]
     out = []
 
     def visit(e):
@@ -314,15 +315,49 @@ def interchangeable(sp: StmtPlan) -> list[ir.Reduce]:
     return out
 
 
-def prefers_outer(sp: StmtPlan, red: ir.Reduce) -> bool:
+def prefers_outer(sp: StmtPlan, red: ir.Reduce, d: str | None = None) -> bool:
     """The heuristic default: interchange when the innermost index moves along the last
     (contiguous) dim of something the reduction streams (a read that moves with its
     indices too), so the tile loop walks memory in order. A read the reduction does not
     move (a group norm's mean per group, inside its variance) is one value a tile lane:
     it gains nothing from the tile, and the streamed reads then gather across it."""
-    d, bound = sp.inner[-1], set(binders(red))
+    d, bound = d or sp.inner[-1], set(binders(red))
     for n in ir.walk(red.body):
         if isinstance(n, ir.Access) and n.subscripts and d in free_names(n.subscripts[-1]) \
                 and bound & set().union(*(free_names(s) for s in n.subscripts)):
             return True
     return False
+
+
+def tiled_index(plan: Plan, g: GroupPlan) -> str | None:
+    """The last parallel index of a group to run in tiles, with the group's reductions
+    interchanged inside each tile, or None.
+
+    A group of statements that have no loop of their own besides their reductions (a
+    column's max and sum, ``m[j] = max(i) x[i, j]``) otherwise walks each reduction down
+    a column, a strided read an element at a time; in tiles of ``j`` every step of the
+    reduction reads a contiguous run of a row. Only where every statement's reductions
+    can run outside that index and one of them streams along it, and what the group
+    produces lives in memory (an intermediate kept per parallel point would need a tile of
+    its own)."""
+    if not g.p or any(sp.inner for sp in g.stmts):
+        return None
+    d = g.stmts[0].st.indices[g.p - 1]
+    streams = False
+    for sp in g.stmts:
+        if sp.st.indices[g.p - 1] != d or plan.storage[sp.st.target] not in ("output", "global"):
+            return None
+        if any(isinstance(n, (ir.Scan, ir.Collective)) for n in ir.walk(sp.st.value)):
+            return None
+        reds = interchangeable(sp, d)
+        top = [n for n in _top_reductions(sp.st.value)]
+        if len(reds) != len(top):
+            return None
+        streams = streams or any(prefers_outer(sp, r, d) for r in reds)
+    return d if streams else None
+
+
+def _top_reductions(e: ir.Expr) -> list[ir.Reduce]:
+    if isinstance(e, ir.Reduce):
+        return [e]
+    return [r for c in ir.operands(e) for r in _top_reductions(c)]

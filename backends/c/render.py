@@ -147,11 +147,18 @@ class KernelWriter(Nests, Packed, Direct, Scatters):
         return name
 
     # ---- statements ----
-    def statement(self, sp: c_plan.StmtPlan, pvars: list[str], seg: Block) -> None:
+    def statement(self, sp: c_plan.StmtPlan, pvars: list[str], seg: Block,
+                  tiled: str | None = None) -> None:
         st = sp.st
         self.cur = sp
         scope = {st.indices[q]: Var(pvars[q], 1) for q in range(sp.p)}
         stack = [self.pre, seg]
+        if tiled:  # the last parallel loop steps over tiles: the statement is a tile's work
+            del scope[tiled]
+            t0 = pvars[sp.p - 1]
+            tn = f"kd_min64({self.opt.tile}, {self.extent(st, tiled)} - {t0})"
+            self.tile(sp, c_plan.interchangeable(sp, tiled), scope, stack, t0, tn, tiled)
+            return
         reds = self.interchange_set(sp)
         names = sp.inner[:-1] if reds else sp.inner
         for name in names:
@@ -192,12 +199,13 @@ class KernelWriter(Nests, Packed, Direct, Scatters):
     def loop_group(self, g: c_plan.GroupPlan) -> list[str]:
         self.pre, self.allocs, self.group_p = Block(), [], g.p
         pvars = [self.em.fresh("p") for _ in range(g.p)]
+        tiled = c_plan.tiled_index(self.plan, g) if self.opt.reduce_order != "inner" else None
         memo: dict = {}
         segs = []
         for sp in g.stmts:
             seg = Block(memo=memo)
             segs.append(seg)
-            self.statement(sp, pvars, seg)
+            self.statement(sp, pvars, seg, tiled)
         body = Block()
         for sp in g.stmts:
             if self.plan.storage[sp.st.target] == "scalar":
@@ -221,7 +229,9 @@ class KernelWriter(Nests, Packed, Direct, Scatters):
             return out + ["  {"] + render_lines(alloc + body.items() + free, style, 2) + ["  }"]
         order = [q for q in self.opt.order if q < g.p] or list(range(g.p))
         order += [q for q in range(g.p) if q not in order]
-        loops = [Loop(pvars[q], "0", dims_text(g.extents[q]), vector=False) for q in order]
+        step = {g.p - 1: str(self.opt.tile)} if tiled else {}
+        loops = [Loop(pvars[q], "0", dims_text(g.extents[q]), step=step.get(q, "1"),
+                      vector=False) for q in order]
         for outer, nested in zip(loops, loops[1:]):
             outer.body.main.append(nested)
         loops[-1].body = body
