@@ -14,7 +14,9 @@ Genes (only those that matter for an op are in its space):
 - ``inline_tmps``: substitute elementwise intermediates into their readers.
 - ``reduce_order``: ``inner`` keeps reductions innermost (a scalar accumulator);
   ``outer`` moves them outside the innermost output loop, with a tile of vector
-  accumulators; ``auto`` does so where the innermost index is contiguous in the body.
+  accumulators; ``auto`` does so where the innermost index is contiguous in a read the
+  reduction streams. A group with no loop besides reductions down the slow axis (a
+  column's max) runs its last parallel loop over such tiles, unless ``inner``.
 - ``tile``: accumulators per tile for ``outer`` reductions.
 - ``prefetch``: gathered rows prefetched this many reduction steps ahead (0: off).
 - ``reduce_vec``: ``simd`` reductions (vector partial accumulators, reassociated) or
