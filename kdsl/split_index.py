@@ -42,27 +42,15 @@ def _first_name(e, names: set[str]) -> ir.Name | None:
     return min(found, key=lambda n: (n.loc.line, n.loc.column)) if found else None
 
 
-def _nodes(e):
-    """Every IR node in ``e`` (index ranges and bound indices included), ``e`` first."""
-    yield e
-    if dataclasses.is_dataclass(e) and not isinstance(e, ir.Loc):
-        for f in dataclasses.fields(e):
-            v = getattr(e, f.name)
-            for y in (v if isinstance(v, tuple) else (v,)):
-                if dataclasses.is_dataclass(y):
-                    yield from _nodes(y)
-
-
 def names_in(e) -> set[str]:
     """Every ``Name`` in ``e`` and every name it binds."""
-    return {n.name for n in _nodes(e) if isinstance(n, (ir.Name, ir.IndexRange))} | \
-        {n.index for n in _nodes(e) if isinstance(n, ir.Scan)}
+    return {n.name for n in ir.walk(e) if isinstance(n, ir.Name)} | bound_in(e)
 
 
 def bound_in(e) -> set[str]:
     """The names ``e`` binds: reduction and collective indices, scanned indices."""
     out: set[str] = set()
-    for n in _nodes(e):
+    for n in ir.walk(e):
         if isinstance(n, ir.Reduce):
             out.update(r.name for r in n.indices)
         elif isinstance(n, ir.Collective):
