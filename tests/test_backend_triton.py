@@ -343,6 +343,37 @@ NOVEL = {
           test  B in 1..30, C in 1..300
           bench B=32768, C=4096, dtype=f32
         """,
+    # sums over an indicator with many keys: scatter-adds (atomics into a wide
+    # accumulator), keys out of range dropped, a float total, a count, and one inside a
+    # larger right side
+    "histogram": """
+        op histogram
+          dims N, NB
+          in  idx: i64 [N] in -3..NB + 3
+          in  w: f32 | f16 [N]
+          out h: like w [NB]
+          out c: i64 [NB]
+          out y: f32 [NB]
+          h[b] = sum(i) w[i] * (idx[i] == b)
+          c[b] = sum(i) (idx[i] == b)
+          y[b] = (sum(i) where(idx[i] == b and w[i] > 0, w[i], 0.0)) / N + 1.0
+          baseline (torch.zeros(NB, dtype=torch.float64).index_add_(0, idx.clamp(0, NB - 1), torch.where((idx >= 0) & (idx < NB), w.double(), 0.0)).to(w.dtype), torch.bincount(idx[(idx >= 0) & (idx < NB)], minlength=NB), torch.zeros(NB, dtype=torch.float64).index_add_(0, idx.clamp(0, NB - 1), torch.where((idx >= 0) & (idx < NB) & (w > 0), w.double(), 0.0)).float() / N + 1.0)
+          tolerance f32(rtol=1e-4, atol=1e-4) f16(rtol=1e-2, atol=1e-2)
+          test  N in 1..2000, NB in 1..300
+          bench N=1048576, NB=4096, dtype=f32
+        """,
+    "embedding_grad": """
+        op embedding_grad
+          dims N, V, D
+          in  idx: i64 [N] in 0..V
+          in  dy: f32 [N, D]
+          out g: f32 [V, D]
+          g[v, d] = sum(i) (idx[i] == v) * dy[i, d]
+          baseline torch.zeros(V, D).index_add_(0, idx, dy)
+          tolerance f32(rtol=1e-4, atol=1e-4)
+          test  N in 1..300, V in 1..50, D in 1..20
+          bench N=65536, V=10000, D=128
+        """,
     # a scalar input read inside a row reduction (its access has no subscript)
     "any_above": """
         op any_above

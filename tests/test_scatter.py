@@ -5,6 +5,7 @@ before and after the keyed ones, extra factors, a jagged range, a nested reducti
 on every C run-time strategy. Specs without the pattern are left as they are."""
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 import pytest
@@ -320,3 +321,31 @@ def test_array_scatters_agree_with_the_reference(backend, name):
         # a jagged range keeps the dense sum in the array backends
         assert ("rt.scatter_add(" in source) == (name != "jagged_hist"), genome
     assert_correct(backend, op, genomes, small_cases(op))
+
+
+def test_triton_scatters_where_the_keys_are_many_and_the_ranges_are_sizes():
+    """The Triton lowering stages each sum over an indicator with at least MIN_KEYS keyed
+    elements at the bench point as a scatter-add (atomics into a wide accumulator, then
+    its conversion); fewer keys, or a range of another index (a jagged segment), keep the
+    dense rows; a sum inside a larger right side is a scatter stage and a pointwise one."""
+    from kdsl.backends.triton import backend as tb
+    from kdsl.backends.triton import scatter as ts
+
+    def kinds(name: str, **bench) -> list[str]:
+        op = ops()[name]
+        if bench:
+            point = dataclasses.replace(op.bench[0], sizes=tuple(
+                (k, bench.get(k, v)) for k, v in op.bench[0].sizes))
+            op = dataclasses.replace(op, bench=(point,))
+        lowered = tb._lowered(op)
+        if not isinstance(lowered, tb.Staged):
+            return [lowered if isinstance(lowered, str) else lowered.kind]
+        return [tb._stage_kind(s) for s in lowered.stages]
+
+    assert kinds("bincount") == ["rows"]  # bench NB=10
+    assert kinds("bincount", NB=ts.MIN_KEYS) == ["scatter"]
+    assert kinds("normalized", NB=4096) == ["scatter", "pointwise"]
+    assert kinds("emb_backward", V=64) == ["scatter"]  # not a GEMM with a one-hot side
+    assert "scatter" not in kinds("jagged_hist", NB=4096)
+    source = get("triton").render(ops()["weighted"], {}, "cuda")
+    assert "tl.atomic_add" not in source  # NB=10 at its bench point

@@ -125,10 +125,12 @@ def hoist_outer_invariant(op: ir.Op) -> ir.Op:
 
 
 def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
-          outputs_apart: bool = False) -> Staged:
+          outputs_apart: bool = False, whole: frozenset = frozenset()) -> Staged:
     """``op`` as stages (see the module's docstring); with ``outputs_apart`` the outputs
     that are computed last get a stage each (outputs a single kernel cannot share: scans
-    along different axes). Raises ``Unsupported`` when there is nothing to split."""
+    along different axes); the reductions that compute the tensors named in ``whole`` a
+    stage each, as they are (never peeled nor joined: a generator renders them whole, a
+    scatter-add). Raises ``Unsupported`` when there is nothing to split."""
     statements, tensors = hoist_reductions(op)
     reductions = [st for st in statements if isinstance(st.value, ir.Reduce)]
     flipped = _scans_read_elsewhere(statements)
@@ -152,6 +154,8 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
             parts = peel_moments(st, moments[st], tensors, bench, min_programs)
             peeled = peeled or len(parts) > 1
             groups += parts
+        elif st in reductions and st.target in whole:
+            groups.append([st])
         elif st in reductions:
             parts = split_long(st, tensors, bench, op) or \
                 chunked(st, tensors, bench, min_programs) or \

@@ -29,12 +29,14 @@ from kdsl.backends.base import BuildError, Built, Gene, Genome, Space, Unsupport
 from kdsl.backends.triton.kernel import divisor_dims, module
 from kdsl.backends.lower.attention import match as match_attention
 from kdsl.backends.lower.scans import ranges_as_scans
+from kdsl.backends.lower.scatter import Scatter, match as match_scatter, scatter_form, scatters
 from kdsl.backends.lower.select import selections_as_reads
 from kdsl.backends.lower.stages import Staged, recomputed, split
 from kdsl.backends.triton.plan import SEG, Plan, make_plan
 from kdsl.backends.triton import attention as triton_attention
 from kdsl.backends.triton import staged
 from kdsl.backends.triton import rows as triton_rows
+from kdsl.backends.triton import scatter as triton_scatter
 from kdsl.backends.triton import sort as triton_sort
 from kdsl.backends.triton import window_nd
 from kdsl.backends.triton.dot import SMS
@@ -114,7 +116,8 @@ class TritonBackend:
         if isinstance(lowered, Staged):
             kernels, helpers, launcher, heads = staged.render(
                 lowered, genome, _render_one,
-                lambda sub, g: _dot().render(sub, g) if _gemm(sub) else None)
+                lambda sub, g: _dot().render(sub, g) if _stage_kind(sub) == CONTRACTION
+                else None)
             doc = (f"kdsl triton kernel for '{op.name}' ({len(lowered.stages)} stages: "
                    f"{', '.join(_stage_kind(s) for s in lowered.stages)}); genome: {shown}")
             return module(op, doc, helpers, kernels, launcher, staged.imports(heads))
@@ -275,18 +278,51 @@ def _gemm(op: ir.Op) -> bool:
 
 
 def _stage_kind(op: ir.Op) -> str:
+    if _scatter(op) is not None:
+        return "scatter"
     return "contraction" if _gemm(op) else _plan(op).kind
+
+
+@lru_cache(maxsize=256)
+def _scatter(op: ir.Op) -> Scatter | None:
+    """The scatter-add of a stage whose one statement is a sum over an indicator that
+    ``_scattered`` took as one (its keyed extent at the bench point), else None."""
+    if len(op.statements) != 1:
+        return None
+    sc = match_scatter(op, op.statements[0])
+    if sc is None or not triton_scatter.flattenable(op, sc) or \
+            triton_scatter.keyed_extent(op, sc, _bench_sizes(op)) < triton_scatter.MIN_KEYS:
+        return None
+    return sc
+
+
+def _scattered(op: ir.Op) -> Staged | None:
+    """``op`` staged with each sum over an indicator that has at least ``MIN_KEYS``
+    keyed elements at the bench point a scatter-add stage of its own (``lower.scatter``,
+    ``triton.scatter``); None where it has none."""
+    form = scatter_form(op)
+    bench = _bench_sizes(op)
+    whole = frozenset(
+        t for t, sc in scatters(form).items() if triton_scatter.flattenable(form, sc)
+        and triton_scatter.keyed_extent(form, sc, bench) >= triton_scatter.MIN_KEYS)
+    return split(form, bench, MIN_PROGRAMS, whole=whole) if whole else None
 
 
 def _stage_genes(op: ir.Op, device: str):
     """A stage's genes and defaults: a contraction's from the dot generator."""
     dot = _dot()
+    sc = _scatter(op)
+    if sc is not None:
+        return triton_scatter.genes_and_defaults(op, sc, _bench_sizes(op))
     if _gemm(op):
         return list(dot.genes(op, device)), dict(dot.defaults(op, device))
     return _genes(op, _plan(op), _bench_sizes(op))
 
 
 def _render_one(op: ir.Op, genome: dict, name: str):
+    sc = _scatter(op)
+    if sc is not None:
+        return triton_scatter.render(op, sc, genome, name)
     plan = _plan(op)
     if plan.kind == "rows" and genome.get("reduce") == window_nd.STRATEGY:
         return window_nd.render_genome(op, plan, genome, name)
@@ -315,6 +351,9 @@ def _lowered(op: ir.Op) -> "Plan | Staged | str":
     not exist or would compute a reduction again in programs that differ only along axes
     it does not read, or when its reductions leave too few programs and can be peeled."""
     bench = _bench_sizes(op)
+    scattered = _scattered(_canonical(op))
+    if scattered is not None:
+        return scattered
     if _gemm(op):
         # a contraction is one GEMM, unless its sum is long against its outputs (split-K:
         # partial GEMMs over chunks of the sum, then their sum); never peeled otherwise
