@@ -24,6 +24,7 @@ from kdsl.search.jobs import EvalJob
 
 OUTSIDE = Path(tempfile.gettempdir(), f"kdsl-test-lockdown-{os.getpid()}")
 REPO_FILE = Path(lockdown.__file__).with_name("lockdown-probe.txt")
+SHM_FILE = Path("/dev/shm", f"kdsl-test-lockdown-{os.getpid()}")
 ARCH = platform.machine() != "x86_64"
 CLONE = lockdown.SYSCALLS["clone"][ARCH]
 TIMER_CREATE = lockdown.SYSCALLS["timer_create"][ARCH]
@@ -150,6 +151,35 @@ def kernel(inputs, outputs, sizes):
     attempt("async_owner", async_owner)
     attempt("start_thread", start_thread)
     attempt("fork", fork)
+
+    # the kernel's settings and other processes' files: opened for writing, never written
+    def open_rw(path):
+        open(path, "r+").close()
+
+    attempt("open_core_pattern", lambda: open_rw("/proc/sys/kernel/core_pattern"))
+    attempt("open_judge_oom", lambda: open_rw(f"/proc/{{judge}}/oom_score_adj"))
+    attempt("write_own_comm", lambda: write("/proc/self/comm"))
+    attempt("write_shm", lambda: write({str(SHM_FILE)!r}))
+
+    import resource
+    attempt("limits_of_judge", lambda: resource.prlimit(judge, resource.RLIMIT_CORE))
+    attempt("limits_of_self", lambda: resource.prlimit(0, resource.RLIMIT_CORE))
+    attempt("pin_judge", lambda: os.sched_setaffinity(judge, os.sched_getaffinity(judge)))
+    attempt("pin_self", lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))
+    attempt("renice_judge", lambda: os.setpriority(
+        os.PRIO_PROCESS, judge, os.getpriority(os.PRIO_PROCESS, judge)))
+    attempt("renice_group", lambda: os.setpriority(
+        os.PRIO_PGRP, 0, os.getpriority(os.PRIO_PGRP, 0)))
+    attempt("renice_self", lambda: os.setpriority(
+        os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0)))
+
+    def dumpable():
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(4, 1, 0, 0, 0) < 0:  # PR_SET_DUMPABLE
+            raise OSError(ctypes.get_errno(), "prctl")
+
+    attempt("dumpable", dumpable)
     raise RuntimeError(f"done={{sorted(done)}} refused={{sorted(refused)}}")
 '''
 
@@ -158,12 +188,14 @@ def kernel(inputs, outputs, sizes):
 def result():
     OUTSIDE.unlink(missing_ok=True)
     REPO_FILE.unlink(missing_ok=True)
+    SHM_FILE.unlink(missing_ok=True)
     with PoolExecutor(workers=1, initializer="fake_backend:register") as pool:
         r = pool.submit(EvalJob(load("softmax"), Candidate.of(
             "fakeraw", source=textwrap.dedent(ESCAPES)), QUICK)).result(timeout=600)
     yield r
     OUTSIDE.unlink(missing_ok=True)
     REPO_FILE.unlink(missing_ok=True)
+    SHM_FILE.unlink(missing_ok=True)
 
 
 def layer(r, name: str) -> str:
@@ -242,10 +274,40 @@ def test_nothing_the_kernel_sends_later_can_wake_it_or_reach_the_judge(result):
         & done(result), result.message
 
 
+def test_the_kernels_settings_and_other_processes_files_are_read_only(result):
+    """Root owns /proc/sys and every /proc/PID: a candidate (a red team, 2026-12-06) set
+    kernel.core_pattern to a program of its own that the kernel ran as root outside every
+    layer, and could set the judge's OOM score; the kernel's views are mounted read-only."""
+    if layer(result, "filesystem") != "on":
+        pytest.skip(f"no mount namespace here: {layer(result, 'filesystem')}")
+    assert not {"open_core_pattern", "open_judge_oom", "write_own_comm"} & done(result), \
+        result.message
+    assert "open_core_pattern=OSError" in result.message, result.message
+
+
+def test_its_shared_memory_is_its_own_on_the_cpu(result):
+    """Files it leaves in /dev/shm went to the machine's, where a later candidate found
+    them (a planted header, a cache of answers); on the CPU its /dev/shm is its own."""
+    if layer(result, "filesystem") != "on":
+        pytest.skip(f"no mount namespace here: {layer(result, 'filesystem')}")
+    assert "write_shm" in done(result), result.message
+    assert not SHM_FILE.exists()
+
+
+def test_it_sets_limits_affinity_and_priority_of_itself_alone(result):
+    """A red team set the next candidate's address-space limit (it died at its first
+    allocation) and the judge's CPU-time limit (killed) through prlimit."""
+    if layer(result, "seccomp") != "on":
+        pytest.skip(f"no seccomp filter here: {layer(result, 'seccomp')}")
+    assert {"limits_of_self", "pin_self", "renice_self"} <= done(result), result.message
+    assert not {"limits_of_judge", "pin_judge", "renice_judge", "renice_group",
+                "dumpable"} & done(result), result.message
+
+
 @pytest.mark.parametrize("arch", sorted(lockdown.AUDIT_ARCH))
 def test_the_seccomp_program_is_well_formed(arch):
     program = lockdown.seccomp_program(4242, arch)
-    assert len(program) < 80
+    assert len(program) < 128  # (every jump within 255 instructions)
     for i, (code, jt, jf, k) in enumerate(program):
         assert i + 1 + max(jt, jf) < len(program) or code == lockdown.RET_K
     returns = {k for code, _, _, k in program if code == lockdown.RET_K}
@@ -253,4 +315,5 @@ def test_the_seccomp_program_is_well_formed(arch):
     compared = {k for code, _, _, k in program if code == lockdown.JEQ_K}
     index = 0 if arch == "x86_64" else 1
     assert {lockdown.SYSCALLS[n][index] for n in lockdown.DENIED} <= compared
+    assert {lockdown.SYSCALLS[n][index] for n in lockdown.SELF_ONLY} <= compared
     assert {4242, (-4242) & 0xFFFFFFFF} <= compared

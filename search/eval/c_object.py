@@ -12,6 +12,7 @@ memory only.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -266,8 +267,42 @@ def read_object(data: bytes, a: Analysis) -> None:
 # ---- findings -------------------------------------------------------------------
 
 def header_findings(a: Analysis) -> list[tuple[int, str]]:
-    return [(0, f"includes {path} (allowed headers: {', '.join(sorted(HEADERS))})")
-            for path in a.includes if Path(path).name not in HEADERS]
+    """Headers the file includes: each one of ``HEADERS``, from the compiler's own
+    system folders. (By name alone, ``#include "/dev/shm/kd/math.h"`` passed: a header an
+    earlier candidate had written, with a ``syscall`` in an inline function.)"""
+    out = []
+    for path in a.includes:
+        if Path(path).name not in HEADERS:
+            out.append((0, f"includes {path} (allowed headers: {', '.join(sorted(HEADERS))})"))
+        elif not _in_system_folder(path):
+            out.append((0, f"includes {path}, which is not the compiler's own "
+                           f"{Path(path).name} (from {', '.join(system_include_dirs())})"))
+    return out
+
+
+def _in_system_folder(path: str) -> bool:
+    real = os.path.realpath(path)
+    return any(real.startswith(d + os.sep) for d in system_include_dirs())
+
+
+@functools.lru_cache(maxsize=1)
+def system_include_dirs() -> tuple[str, ...]:
+    """The folders the compiler searches for ``<...>`` headers, as it lists them."""
+    try:
+        proc = subprocess.run([build.COMPILER, *flags("-E"), "-v", "-xc", "/dev/null",
+                               "-o", "/dev/null"], capture_output=True, text=True,
+                              timeout=PREPROCESS_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    dirs, inside = [], False
+    for line in proc.stderr.splitlines():
+        if line.startswith("#include <...> search starts here"):
+            inside = True
+        elif line.startswith("End of search list"):
+            break
+        elif inside and line.startswith(" "):
+            dirs.append(os.path.realpath(line.strip().split(" (")[0]))
+    return tuple(dirs)
 
 
 def symbol_findings(a: Analysis) -> list[tuple[int, str]]:

@@ -127,15 +127,29 @@ def _lock_down(device: str) -> dict[str, str]:
         os.makedirs(private, exist_ok=True)
         return {"all": "off: KDSL_CONFINE=0"}
     from .lockdown import lock_down
-    triton_cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
-        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+    triton_cache = os.environ["TRITON_CACHE_DIR"] = candidates_triton_cache()
     try:
         os.makedirs(triton_cache, exist_ok=True)
     except OSError:
         pass
     from multiprocessing import forkserver
     server = getattr(forkserver._forkserver, "_forkserver_address", None)  # (no public handle)
-    return lock_down(private, writable=(triton_cache,), hidden=(server,) if server else ())
+    return lock_down(private, writable=(triton_cache,), hidden=(server,) if server else (),
+                     private_shm=device == "cpu")
+
+
+def candidates_triton_cache() -> str:
+    """The Triton kernel cache candidates compile into: a folder beside the judge's own,
+    never the same. Triton loads a cached kernel by a hash of its source and options, which
+    a candidate can compute for any kernel it can foresee, so one writing the judge's cache
+    could plant a slow binary under the key of the baseline's torch.compile kernels."""
+    judge = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
+        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+    judge = judge.rstrip("/")
+    return judge if judge.endswith(CANDIDATES_SUFFIX) else judge + CANDIDATES_SUFFIX
+
+
+CANDIDATES_SUFFIX = "-kdsl-candidates"
 
 
 def _warm(device: str, torch) -> None:
@@ -187,6 +201,11 @@ class _Host:
         """The spec's baseline as the kernel (``baseline_kernel``), in a process that has
         loaded no candidate."""
         from .baseline_kernel import BaselineKernel
+        # compiled into a Triton cache of its own: the candidates' one holds what earlier
+        # candidates wrote there, perhaps under the keys of the baseline's kernels
+        own = os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                            "triton-baseline")
+        os.makedirs(own, exist_ok=True)
         self.built = BaselineKernel(op, name)
         return ("ok", None)
 

@@ -6,18 +6,22 @@ to ``dlsym`` to the Python C API passes every static guard). So the process itse
 confined, in layers, each tried and reported on its own (``lock_down`` returns what held):
 
 - **filesystem**: a mount namespace of its own in which every mount is read-only but its
-  private folder (its builds and temporary files), shared memory and the kernel's virtual
-  file systems: nothing it writes can reach the kdsl sources, the measurement cache, a
-  run's records or another candidate's build. (On a GPU, Triton's kernel cache stays
-  writable: Triton compiles there.) The forkserver's socket is covered: it cannot ask for
-  a process of its own.
+  private folder (its builds and temporary files), devices and shared memory: nothing it
+  writes can reach the kdsl sources, the measurement cache, a run's records, another
+  candidate's build, the kernel's settings (/proc, /sys) or the cgroups. On the CPU its
+  shared memory is a small tmpfs of its own; on a GPU it is the machine's (CUDA tensors
+  arrive with a reference count in a file there), and the candidates' Triton kernel cache
+  is writable, a folder apart from the judge's (Triton compiles there; the judge's
+  torch.compile would read a kernel planted in its own). The forkserver's socket is
+  covered: it cannot ask for a process of its own.
 - **seccomp**: signals only to itself and its own process group (a stopped judge or
   another worker's baseline would be slowed by a SIGSTOP), and never SIGCONT or another
   job-control signal (one undid the judge's stop), a group which nothing it forks can
   leave (no ``setsid`` or ``setpgid``: one signal to the group stops all of it) nor get
   out from under (no ``CLONE_PARENT``: what it starts stays among its descendants); no
   ptrace, no reading or writing another process's memory, no mounts or namespaces, no
-  io_uring, no sockets but Unix ones.
+  io_uring, no sockets but Unix ones; no resource limits, scheduling, priority or memory
+  placement of any process but itself, and no becoming dumpable again.
 - **capabilities**: all dropped, the bounding set too, and no new privileges on exec.
   Reading or writing another process's memory (``/proc/PID/mem``, ptrace) then needs the
   target to hold no capability the candidate lacks and to be dumpable: every process of a
@@ -47,12 +51,20 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 MOUNT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
                  "noatime": MS_NOATIME, "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
-# file systems left as they are: the kernel's views, devices, and shared memory (the
-# judge's tensors reach the candidate through /dev/shm)
-KEEP_WRITABLE_TYPES = {"proc", "sysfs", "devtmpfs", "devpts", "mqueue", "cgroup", "cgroup2",
-                       "securityfs", "debugfs", "tracefs", "pstore", "bpf", "hugetlbfs",
-                       "configfs", "fusectl", "binfmt_misc", "autofs", "efivarfs"}
-KEEP_WRITABLE_POINTS = ("/dev", "/proc", "/sys", "/dev/shm", "/run/shm")
+# file systems left as they are: devices (a write to a device node, /dev/null or a GPU's,
+# passes a read-only mount anyway) and shared memory (on a GPU the judge's CUDA tensors
+# come with a reference count in a /dev/shm file the candidate opens by name). The
+# kernel's views are read-only like the rest: the candidate runs as root, and root owns
+# /proc/sys, /sys, the cgroup files and every /proc/PID, so a writable /proc let a
+# candidate (a red team, 2026-12-06) set kernel.core_pattern to a program of its own, which
+# the kernel then ran as root outside every layer here, and set other processes' OOM
+# scores and autogroup niceness; a writable /sys took a CPU offline
+KEEP_WRITABLE_TYPES = {"devtmpfs", "devpts", "mqueue", "hugetlbfs"}
+KEEP_WRITABLE_POINTS = ("/dev", "/dev/shm", "/run/shm")
+# the size of a candidate's private shared memory (``private_shm``): no honest kernel
+# needs more, and a shared one let a candidate keep files for later candidates (and could
+# have filled the machine's memory: a tmpfs takes RAM)
+PRIVATE_SHM_BYTES = 64 << 20
 
 _libc = None
 
@@ -80,9 +92,10 @@ def not_dumpable() -> None:
 
 
 def lock_down(private: str, writable: tuple[str, ...] = (),
-              hidden: tuple[str, ...] = ()) -> dict[str, str]:
+              hidden: tuple[str, ...] = (), private_shm: bool = False) -> dict[str, str]:
     """Confine this process; ``private`` (created here) and ``writable`` stay writable,
-    the sockets ``hidden`` refuse it (``read_only_filesystem``).
+    the sockets ``hidden`` refuse it, and with ``private_shm`` its shared memory is a
+    small empty file system of its own (``read_only_filesystem``).
     Returns {layer: 'on' | why not}."""
     report = {}
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
@@ -92,7 +105,7 @@ def lock_down(private: str, writable: tuple[str, ...] = (),
     not_dumpable()
     os.makedirs(private, exist_ok=True)
     for layer, step in (("filesystem", lambda: read_only_filesystem((private, *writable),
-                                                                    hidden)),
+                                                                    hidden, private_shm)),
                         ("seccomp", lambda: install_seccomp(os.getpid())),
                         ("capabilities", drop_capabilities)):
         try:
@@ -117,10 +130,13 @@ def mounts() -> list[tuple[str, str, set[str]]]:
     return out
 
 
-def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = ()) -> None:
-    """A mount namespace of this process's own, every mount read-only but ``writable``,
-    and each socket file of ``hidden`` covered by /dev/null, so that connecting to it is
-    refused. (The forkserver every candidate is forked from takes a connection from
+def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = (),
+                         private_shm: bool = False) -> None:
+    """A mount namespace of this process's own, every mount read-only but ``writable``
+    (and devices and shared memory, ``KEEP_WRITABLE_TYPES``), each socket file of
+    ``hidden`` covered by /dev/null, so that connecting to it is refused, and with
+    ``private_shm`` a tmpfs of ``PRIVATE_SHM_BYTES`` over /dev/shm (where the judge passes
+    tensors as descriptors, on the CPU: nothing is opened there by name). (The forkserver every candidate is forked from takes a connection from
     anyone who can reach its socket and forks whatever the pickle it is sent says: a
     candidate got a process of its own that way, neither confined nor ever stopped, and
     spun on the cores while the baseline was timed, 31x for a kernel identical to the
@@ -130,7 +146,7 @@ def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = ()
     _check(c.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     for point, fstype, options in mounts():
         if fstype in KEEP_WRITABLE_TYPES or point in KEEP_WRITABLE_POINTS or \
-                point.startswith(("/proc/", "/sys/", "/dev/")) or "ro" in options:
+                (point.startswith("/dev/") and fstype != "tmpfs") or "ro" in options:
             continue
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY
         for name, bit in MOUNT_OPTIONS.items():
@@ -146,6 +162,12 @@ def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = ()
     for path in hidden:
         if path and os.path.exists(path) and not os.path.isdir(path):
             _check(c.mount(b"/dev/null", path.encode(), None, MS_BIND, None), f"cover {path}")
+    if private_shm:
+        for path in ("/dev/shm", "/run/shm"):
+            if os.path.isdir(path) and not os.path.islink(path):
+                opts = f"size={PRIVATE_SHM_BYTES},mode=1777".encode()
+                _check(c.mount(b"tmpfs", path.encode(), b"tmpfs",
+                               MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), f"tmpfs on {path}")
 
 
 # ---- seccomp -------------------------------------------------------------------
@@ -165,7 +187,23 @@ SYSCALLS = {  # name: (x86_64, aarch64)
     "io_uring_setup": (425, 425), "clone": (56, 220), "clone3": (435, 435),
     "fcntl": (72, 25), "timer_create": (222, 107), "mq_notify": (244, 184),
     "prctl": (157, 167),
+    "prlimit64": (302, 261), "sched_setaffinity": (203, 122),
+    "sched_setscheduler": (144, 119), "sched_setparam": (142, 118),
+    "sched_setattr": (314, 274), "migrate_pages": (256, 238), "move_pages": (279, 239),
+    "setpriority": (141, 140), "ioprio_set": (251, 30),
 }
+# calls that act on the process their first argument names: only on itself (0, or its own
+# pid). A red team (2026-12-06) set the next candidate's address-space limit so that it
+# died at its first allocation, pinned it to one core, and set the judge's CPU-time limit
+# to a second (killed): a process without capabilities may do all that to any process of
+# its user it can see. (Its threads cannot pin themselves by their own ids: nothing here
+# asks for that.)
+SELF_ONLY = ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam",
+             "sched_setattr", "migrate_pages", "move_pages")
+# (which, who) calls: only which = 0 (a process: PRIO_PROCESS, and ioprio's
+# IOPRIO_WHO_PROCESS is 1) with who itself; a user's or a group's every process would take
+# the judge's and the baseline's too
+WHICH_WHO = {"setpriority": 0, "ioprio_set": 1}
 # (pidfd_open and pidfd_getfd stay allowed: taking another process's descriptor is checked
 # like ptrace, which the dropped capabilities and not-dumpable processes already refuse, and
 # a GPU driver may pass descriptors that way; signalling through a pidfd is denied)
@@ -207,7 +245,9 @@ F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15
 SIGCHLD = 17  # the one signal a clone's child may send its parent on exit (flags' low byte)
 # prctl's option that names the signal the kernel sends a process when its parent exits: with
 # SIGCONT, a worker continued by its parent's slow exit ran on after the judge had seen it
-# stopped (the red team's third pass); the candidate's own SIGKILL is set before the filter
+# stopped (the red team's third pass); the candidate's own SIGKILL is set before the filter.
+# And PR_SET_DUMPABLE: a candidate made dumpable again could crash into a core dump, which
+# the kernel hands to the program kernel.core_pattern names, as root, outside every layer
 PR_SET_PDEATHSIG = 1
 RET_ALLOW, RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
 RET_ENOSYS = 0x00050000 | errno.ENOSYS
@@ -220,7 +260,8 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     (``JOB_CONTROL``); sockets only AF_UNIX;
     clone without ``CLONE_DENIED`` flags and with no exit signal but SIGCHLD, clone3 not
     at all (ENOSYS); fcntl but F_SETOWN, F_SETOWN_EX and F_SETSIG; prctl but a parent-death
-    signal of job control."""
+    signal of job control and PR_SET_DUMPABLE; the ``SELF_ONLY`` and ``WHICH_WHO`` calls on
+    itself alone."""
     audit, index = AUDIT_ARCH[arch], 0 if arch == "x86_64" else 1
     nr = {name: numbers[index] for name, numbers in SYSCALLS.items()}
     code: list = []  # (op, jt label | None, jf label | None, k) with labels resolved below
@@ -243,7 +284,22 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     emit(JEQ_K, nr["clone3"], "enosys", None)
     emit(JEQ_K, nr["fcntl"], "fcntl", None)
     emit(JEQ_K, nr["prctl"], "prctl", None)
+    for name in SELF_ONLY:
+        emit(JEQ_K, nr[name], "self0", None)
+    for name, which in WHICH_WHO.items():
+        emit(JEQ_K, nr[name], f"which{which}", None)
     emit(RET_K, RET_ALLOW)
+    for which in sorted(set(WHICH_WHO.values())):
+        labels[f"which{which}"] = len(code)
+        emit(LD_W_ABS, 16)                              # which
+        emit(JEQ_K, which, None, "deny")
+        emit(LD_W_ABS, 24)                              # who: itself
+        emit(JEQ_K, 0, "allow", None)
+        emit(JEQ_K, pid, "allow", "deny")
+    labels["self0"] = len(code)
+    emit(LD_W_ABS, 16)                                  # args[0]: the pid, itself
+    emit(JEQ_K, 0, "allow", None)
+    emit(JEQ_K, pid, "allow", "deny")
     for arg in sorted(set(TARGETED.values())):
         labels[f"target{arg}"] = len(code)
         emit(LD_W_ABS, 16)                              # args[0], low word (a pid_t)
@@ -270,6 +326,7 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     emit(JEQ_K, F_SETOWN_EX, "deny", "allow")
     labels["prctl"] = len(code)
     emit(LD_W_ABS, 16)                              # the option
+    emit(JEQ_K, PR_SET_DUMPABLE, "deny", None)
     emit(JEQ_K, PR_SET_PDEATHSIG, None, "allow")
     emit(LD_W_ABS, 24)                              # its signal
     emit(JGE_K, JOB_CONTROL[0], None, "allow")
