@@ -25,9 +25,11 @@ from kdsl.search.jobs import EvalJob
 OUTSIDE = Path(tempfile.gettempdir(), f"kdsl-test-lockdown-{os.getpid()}")
 REPO_FILE = Path(lockdown.__file__).with_name("lockdown-probe.txt")
 SHM_FILE = Path("/dev/shm", f"kdsl-test-lockdown-{os.getpid()}")
+SYSV_KEY = 0x6B640000 + os.getpid() % 0xFFFF
 ARCH = platform.machine() != "x86_64"
 CLONE = lockdown.SYSCALLS["clone"][ARCH]
 TIMER_CREATE = lockdown.SYSCALLS["timer_create"][ARCH]
+ADD_KEY = lockdown.SYSCALLS["add_key"][ARCH]
 
 ESCAPES = f'''
 import os, socket
@@ -180,6 +182,39 @@ def kernel(inputs, outputs, sizes):
             raise OSError(ctypes.get_errno(), "prctl")
 
     attempt("dumpable", dumpable)
+
+    # what outlives it: files in /dev, System V memory, keys, leases, loop devices
+    attempt("write_dev", lambda: write("/dev/kdsl-test-lockdown"))
+
+    def sysv_segment():
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.shmget({SYSV_KEY}, 4096, 0o1600) < 0:  # IPC_CREAT | 0600
+            raise OSError(ctypes.get_errno(), "shmget")
+
+    def add_key():
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syscall({ADD_KEY}, b"user", b"kdsl-test", b"x", 1, -4) < 0:  # @u
+            raise OSError(ctypes.get_errno(), "add_key")
+
+    def lease():
+        import fcntl
+        with open("/etc/hostname") as f:
+            fcntl.fcntl(f.fileno(), 1024, fcntl.F_RDLCK)  # F_SETLEASE
+
+    def loop_device():
+        import fcntl
+        fd = os.open("/dev/loop-control", os.O_RDWR)
+        try:
+            fcntl.ioctl(fd, 0x4C82)  # LOOP_CTL_GET_FREE
+        finally:
+            os.close(fd)
+
+    attempt("sysv_segment", sysv_segment)
+    attempt("add_key", add_key)
+    attempt("lease", lease)
+    attempt("loop_device", loop_device)
     raise RuntimeError(f"done={{sorted(done)}} refused={{sorted(refused)}}")
 '''
 
@@ -304,6 +339,21 @@ def test_it_sets_limits_affinity_and_priority_of_itself_alone(result):
                 "dumpable"} & done(result), result.message
 
 
+def test_nothing_it_makes_outlives_it(result):
+    """A red team's second pass left files in /dev, a System V segment, a key in the user's
+    keyring and a loop device behind, and held a lease on a file: /dev is read-only, System
+    V objects (on the CPU) are its own namespace's, keyrings, leases and loop ioctls
+    refused."""
+    import ctypes
+    if layer(result, "filesystem") == "on":
+        assert "write_dev" not in done(result), result.message
+        assert not Path("/dev/kdsl-test-lockdown").exists()
+        assert "sysv_segment" in done(result), result.message
+        assert ctypes.CDLL(None).shmget(SYSV_KEY, 0, 0) < 0  # not in the machine's
+    if layer(result, "seccomp") == "on":
+        assert not {"add_key", "lease", "loop_device"} & done(result), result.message
+
+
 @pytest.mark.parametrize("arch", sorted(lockdown.AUDIT_ARCH))
 def test_the_seccomp_program_is_well_formed(arch):
     program = lockdown.seccomp_program(4242, arch)
@@ -317,3 +367,31 @@ def test_the_seccomp_program_is_well_formed(arch):
     assert {lockdown.SYSCALLS[n][index] for n in lockdown.DENIED} <= compared
     assert {lockdown.SYSCALLS[n][index] for n in lockdown.SELF_ONLY} <= compared
     assert {4242, (-4242) & 0xFFFFFFFF} <= compared
+
+
+TRUNCATES = '''
+import os
+import torch
+
+
+def kernel(inputs, outputs, sizes):
+    outputs["y"].copy_(torch.softmax(inputs["x"], dim=1))
+    for fd in os.listdir("/proc/self/fd"):  # the memory files of what it was handed
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("/dev/shm/"):
+            os.ftruncate(int(fd), 0)
+'''
+
+
+def test_memory_cut_under_the_judge_is_tampering_not_a_crash():
+    """Cut to nothing, the files of the tensors it was handed made the judge's next read of
+    its own mapping a SIGBUS, and the worker died (a red team's second pass); the judge
+    looks at their sizes after every request, while the candidate is stopped."""
+    with PoolExecutor(workers=1, initializer="fake_backend:register") as pool:
+        r = pool.submit(EvalJob(load("softmax"), Candidate.of(
+            "fakeraw", source=TRUNCATES), QUICK)).result(timeout=600)
+    assert not r.ok
+    assert "tampering: a shared memory file" in r.message, r.message

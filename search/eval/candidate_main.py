@@ -36,7 +36,7 @@ import os
 import signal
 import sys
 
-from . import confine, spin  # standard library only, like this module
+from . import confine, fd_passing, spin  # standard library only, like this module
 from .replies import trim  # (so is this)
 
 LOG_CAP_BYTES = 64 << 20  # RLIMIT_FSIZE: the candidate's log, and any file it writes
@@ -88,7 +88,7 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
         try:
             if polled:
                 spin.candidate_wait(conn)
-            message = conn.recv()
+            message = fd_passing.receive(conn)
         except (EOFError, OSError):
             return
         if message is None:
@@ -121,6 +121,11 @@ def _lock_down(device: str) -> dict[str, str]:
     import tempfile
 
     from kdsl.backends.c.build import private_dir
+    from .device_lock import LOCK_DIR_ENV
+    # the judges' device locks (flock on a file it could open read-only would hold a GPU's
+    # judges), in the judge's temporary folder unless the variable says where
+    locks = os.path.join(os.environ.get(LOCK_DIR_ENV) or tempfile.gettempdir(),
+                         "kdsl-device-locks")
     private = str(private_dir(os.getpid()))
     os.environ["TMPDIR"] = tempfile.tempdir = private
     if os.environ.get("KDSL_CONFINE", "1") == "0":
@@ -134,8 +139,15 @@ def _lock_down(device: str) -> dict[str, str]:
         pass
     from multiprocessing import forkserver
     server = getattr(forkserver._forkserver, "_forkserver_address", None)  # (no public handle)
-    return lock_down(private, writable=(triton_cache,), hidden=(server,) if server else (),
-                     private_shm=device == "cpu")
+    hidden = ((server,) if server else ()) + (locks,)
+    report = lock_down(private, writable=(triton_cache,), hidden=hidden,
+                       private_shm=device == "cpu")
+    # nor can it pass as one of the judge's family to any multiprocessing listener (the
+    # key every process multiprocessing starts inherits): it needs none, its requests'
+    # descriptors come on its own socket (``fd_passing``)
+    import multiprocessing
+    multiprocessing.current_process().authkey = os.urandom(32)
+    return report
 
 
 def candidates_triton_cache() -> str:

@@ -46,6 +46,7 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
@@ -59,8 +60,10 @@ MOUNT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
 # candidate (a red team, 2026-12-06) set kernel.core_pattern to a program of its own, which
 # the kernel then ran as root outside every layer here, and set other processes' OOM
 # scores and autogroup niceness; a writable /sys took a CPU offline
-KEEP_WRITABLE_TYPES = {"devtmpfs", "devpts", "mqueue", "hugetlbfs"}
-KEEP_WRITABLE_POINTS = ("/dev", "/dev/shm", "/run/shm")
+# (and /dev itself read-only: a red team's second pass kept 96 MiB of files there past its
+# evaluation; a device node opens for writing on a read-only mount all the same)
+KEEP_WRITABLE_TYPES = {"devpts"}
+KEEP_WRITABLE_POINTS = ("/dev/shm", "/run/shm")
 # the size of a candidate's private shared memory (``private_shm``): no honest kernel
 # needs more, and a shared one let a candidate keep files for later candidates (and could
 # have filled the machine's memory: a tmpfs takes RAM)
@@ -160,9 +163,16 @@ def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = ()
             _check(c.mount(p, p, None, MS_BIND, None), f"bind {path}")
             _check(c.mount(None, p, None, MS_REMOUNT | MS_BIND, None), f"remount {path} rw")
     for path in hidden:
-        if path and os.path.exists(path) and not os.path.isdir(path):
+        if path and os.path.isdir(path):  # an empty read-only folder over it
+            _check(c.mount(b"tmpfs", path.encode(), b"tmpfs",
+                           MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k"),
+                   f"cover {path}")
+        elif path and os.path.exists(path):
             _check(c.mount(b"/dev/null", path.encode(), None, MS_BIND, None), f"cover {path}")
     if private_shm:
+        # System V objects and POSIX message queues of its own, gone with it (they had
+        # outlived a candidate: 128 MiB of SysV shared memory, a queue)
+        _check(c.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
         for path in ("/dev/shm", "/run/shm"):
             if os.path.isdir(path) and not os.path.islink(path):
                 opts = f"size={PRIVATE_SHM_BYTES},mode=1777".encode()
@@ -191,6 +201,8 @@ SYSCALLS = {  # name: (x86_64, aarch64)
     "sched_setscheduler": (144, 119), "sched_setparam": (142, 118),
     "sched_setattr": (314, 274), "migrate_pages": (256, 238), "move_pages": (279, 239),
     "setpriority": (141, 140), "ioprio_set": (251, 30),
+    "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219),
+    "ioctl": (16, 29),
 }
 # calls that act on the process their first argument names: only on itself (0, or its own
 # pid). A red team (2026-12-06) set the next candidate's address-space limit so that it
@@ -218,7 +230,9 @@ DENIED = ("tkill", "pidfd_send_signal", "ptrace", "process_vm_readv", "process_v
           # firing SIGCONT every 5 us undid the judge's SIGSTOP and let a thread work on
           # after the step's clock ended (the signal is named in memory, out of the filter's
           # reach, so the calls go whole; fcntl's F_SETSIG and F_SETOWN are refused below)
-          "timer_create", "mq_notify")
+          "timer_create", "mq_notify",
+          # the user's kernel keyrings, which every process of root shares and keeps
+          "add_key", "request_key", "keyctl")
 # first arg: a pid; then the signal, as the argument of this index
 TARGETED = {"kill": 1, "tgkill": 2, "rt_sigqueueinfo": 1, "rt_tgsigqueueinfo": 2}
 # job control, SIGCONT to SIGTTOU (the same numbers on both ABIs): a thread that sent
@@ -242,6 +256,11 @@ CLONE_DENIED = (0x00008000       # CLONE_PARENT
 # fcntl commands that make the kernel signal a process of the caller's choice (any process
 # of the same user: the judge took a SIGUSR1 so) with a signal of its choice (SIGCONT)
 F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15
+# and a lease, which holds another process's open of the file for up to the kernel's break
+# time (an outside read of a leased file waited 19 s)
+F_SETLEASE = 1024
+# ioctls of loop devices (type 'L'): one bound to the candidate's memory outlived it
+LOOP_IOCTL_TYPE, IOCTL_TYPE_MASK = 0x4C00, 0xFF00
 SIGCHLD = 17  # the one signal a clone's child may send its parent on exit (flags' low byte)
 # prctl's option that names the signal the kernel sends a process when its parent exits: with
 # SIGCONT, a worker continued by its parent's slow exit ran on after the judge had seen it
@@ -261,7 +280,7 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     clone without ``CLONE_DENIED`` flags and with no exit signal but SIGCHLD, clone3 not
     at all (ENOSYS); fcntl but F_SETOWN, F_SETOWN_EX and F_SETSIG; prctl but a parent-death
     signal of job control and PR_SET_DUMPABLE; the ``SELF_ONLY`` and ``WHICH_WHO`` calls on
-    itself alone."""
+    itself alone; no lease (F_SETLEASE) and no loop-device ioctl; no keyrings."""
     audit, index = AUDIT_ARCH[arch], 0 if arch == "x86_64" else 1
     nr = {name: numbers[index] for name, numbers in SYSCALLS.items()}
     code: list = []  # (op, jt label | None, jf label | None, k) with labels resolved below
@@ -284,6 +303,7 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     emit(JEQ_K, nr["clone3"], "enosys", None)
     emit(JEQ_K, nr["fcntl"], "fcntl", None)
     emit(JEQ_K, nr["prctl"], "prctl", None)
+    emit(JEQ_K, nr["ioctl"], "ioctl", None)
     for name in SELF_ONLY:
         emit(JEQ_K, nr[name], "self0", None)
     for name, which in WHICH_WHO.items():
@@ -323,7 +343,12 @@ def seccomp_program(pid: int, arch: str) -> list[tuple[int, int, int, int]]:
     emit(LD_W_ABS, 24)                              # args[1], low word: the command
     emit(JEQ_K, F_SETOWN, "deny", None)
     emit(JEQ_K, F_SETSIG, "deny", None)
+    emit(JEQ_K, F_SETLEASE, "deny", None)
     emit(JEQ_K, F_SETOWN_EX, "deny", "allow")
+    labels["ioctl"] = len(code)
+    emit(LD_W_ABS, 24)                              # args[1], low word: the request
+    emit(AND_K, IOCTL_TYPE_MASK)
+    emit(JEQ_K, LOOP_IOCTL_TYPE, "deny", "allow")
     labels["prctl"] = len(code)
     emit(LD_W_ABS, 16)                              # the option
     emit(JEQ_K, PR_SET_DUMPABLE, "deny", None)

@@ -27,8 +27,8 @@ import tempfile
 import time
 import weakref
 
-from . import (candidate_main, confine, lockdown, replies, spin, stopping, timed_calls,
-               zygote)
+from . import (candidate_main, confine, fd_passing, lockdown, replies, spin, stopping,
+               timed_calls, zygote)
 
 READY_TIMEOUT_S = 300.0
 ARENA_MAX_BYTES = 256 << 20  # cases up to this size go through the arena
@@ -79,6 +79,7 @@ class Sandbox:
         self.call_ms = 0.0       # and a timed call's own cost within a step (the timer)
         self.confinement: dict = {}  # what the process gave up (``lockdown``), as it says
         self._scratch = None     # the judge's own memory on the GPU, for ``_judge_work``
+        self._files: dict = {}   # the memory files passed to it (``fd_passing.shrunk``)
 
     @property
     def kind(self) -> tuple:
@@ -141,7 +142,8 @@ class Sandbox:
         start = time.perf_counter()
         stopping.resume(self.pid)  # (its group only: what left it stays stopped)
         try:
-            self.conn.send(message)
+            for fd, key, size in fd_passing.send(self.conn, message):
+                self._files[key] = (fd, size)
         except (OSError, ValueError) as e:
             raise CandidateFault(f"the candidate process is gone: {self._death(e)}") from None
         if spin.polls(self.device, message):
@@ -161,6 +163,10 @@ class Sandbox:
         # of the clean process pay too and ``trip_ms`` takes off
         self._settle(outside)
         self.last_wall_ms = (time.perf_counter() - start) * 1e3
+        cut = fd_passing.shrunk(self._files)
+        if cut:  # (before the judge reads any of that memory again)
+            self.stop()
+            raise CandidateFault(f"tampering: {cut}")
         if stopping.exited(self.pid):
             # what answered was a process it forked, below no process the judge lists
             self.stop()
