@@ -379,6 +379,11 @@ class Checker:
         if isinstance(e, ir.Call):
             return self._resolve_call(e, scope, st)
         if isinstance(e, ir.Reduce):
+            if e.op in ("argmax", "argmin") and len(e.indices) > 1:
+                # (which of the tuples wins, and as what single number, is not defined)
+                self.fatal(e.loc, f"'{e.op}' over {len(e.indices)} indices: it takes one "
+                                  f"index (read the axes flattened as one, or take the "
+                                  f"{e.op} along one axis)")
             inner = dict(scope)
             ranges_ = tuple(self._bind(r, e.body, inner, st, e.op, e.indices) for r in e.indices)
             return dataclasses.replace(e, indices=ranges_,
@@ -651,6 +656,15 @@ class Checker:
                                f"baseline binds '{node.target.id}', a name it is given")
                     return
         known = known | {n.target.id for n in ast.walk(tree) if isinstance(n, ast.NamedExpr)}
+        # and the parameters of its lambdas and the targets of its comprehensions, in their
+        # own scopes
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Lambda):
+                a = node.args
+                known = known | {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs} | \
+                    {p.arg for p in (a.vararg, a.kwarg) if p is not None}
+            elif isinstance(node, ast.comprehension):
+                known = known | {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
         big = _baseline_too_large(tree.body, set(self.op.dims))
         if big is not None:
             self.error(ir.Loc(b.loc.line, b.loc.column + big.col_offset),

@@ -208,6 +208,9 @@ CASES = [
     ("bool into a float output", edit(S, "  y[i, j] = e[i, j] / sum(j) e[i, j]",
                                       "  @y[i, j] = e[i, j] > 0"),
      "dtype conflict: the right side is a bool but 'y' is not"),
+    ("argmax over two indices", edit(S, "  m[i]    = max(j) x[i, j]",
+                                     "  q[a in 0 .. 1] = @argmax(i, j) x[i, j]\n  m[i]    = max(j) x[i, j]"),
+     "'argmax' over 2 indices: it takes one index"),
     # ---- statements ----
     ("assigning an input", edit(S, "  m[i]    = max(j) x[i, j]", "  @x[i, j] = 1.0"),
      "'x' is an input and cannot be assigned"),

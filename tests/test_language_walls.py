@@ -9,13 +9,14 @@ judge on it.
 from __future__ import annotations
 
 import hashlib
+import textwrap
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from kdsl import ir, spec
+from kdsl import baseline, ir, spec
 from kdsl.agreement import check_agreement
 from kdsl.backends import get
 from kdsl.errors import SpecError
@@ -548,3 +549,26 @@ def test_a_row_sum_reads_its_rows_as_they_lie():
     op = _op(ROW_SUM)
     assert contiguous_operands(op) is op  # (no transposed copy: the sum strode across it)
     _judged(op, "c")
+
+
+def test_a_baseline_may_name_values_with_lambdas_and_comprehensions():
+    """An outsider's baseline named a value by a lambda's parameter and was refused as an
+    unknown name; a comprehension's target is the same kind of local."""
+    text = textwrap.dedent("""\
+        op centred_max
+          dims M, N
+          in  x: f32 [M, N]
+          out y: f32 [M, 2]
+          m[i] = max(j) x[i, j]
+          y[i, k in 0 .. 2] = m[i] - mean(r in 0 .. M) m[r]
+          baseline torch.stack([(lambda u: u - u.mean())(t) for t in (x.amax(dim=1),) * 2], 1)
+          tolerance f32(rtol=1e-5, atol=1e-5)
+          test  M in 1..30, N in 1..30
+          bench M=64, N=64
+        """)
+    op = spec.parse_text(text, "t.kspec").ops[0]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 7))
+    got = reference(op, {"M": 5, "N": 7}, {"x": x})["y"]
+    want = baseline.run(op, {"M": 5, "N": 7}, "f32", {"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
