@@ -1,0 +1,42 @@
+"""Integer outputs are judged exactly, except by one where they convert a float value to an
+integer (``compare.int_slack``): the reference computes that float in float64, a kernel in
+its own dtype, and a value within rounding of an integer boundary truncates to either side
+(an outsider's ``i32(x * 3.0)`` failed on every backend, torch's own baseline included)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kdsl import compare, spec
+from kdsl.search.eval.timing import _close
+
+OPS = """
+op casts
+  dims N
+  in  x: f32 [N] in -50 .. 50
+  in  k: i64 [N] in -50 .. 50
+  out q: i32 [N]
+  out s: i64 [N]
+  out p: i64 [N]
+  t[i] = x[i] * 3.0
+  q[i] = i32(x[i] * 3.0)
+  s[i] = i64(t[i]) + k[i]
+  p[i] = k[i] * 3 + 1
+  baseline ((x * 3.0).to(torch.int32), (x * 3.0).long() + k, k * 3 + 1)
+  tolerance f32(rtol=1e-5, atol=1e-5)
+  test  N in 1..100
+  bench N=1000
+"""
+
+
+def test_a_cast_of_a_float_may_land_on_either_side_of_a_boundary():
+    op = spec.parse_text(OPS, "t.kspec").ops[0]
+    assert [compare.int_slack(op, n) for n in ("q", "s", "p")] == [1, 1, 0]
+    r = {n: np.array([-99, 5, 7]) for n in ("q", "s", "p")}
+    off = {n: np.array([-100, 5, 7]) for n in ("q", "s", "p")}
+    far = {"q": np.array([-101, 5, 7]), "s": r["s"], "p": r["p"]}
+    assert compare.compare(op, "f32", {**r, "p": off["p"]}, r, {}) is not None  # exact there
+    assert compare.compare(op, "f32", {**off, "p": r["p"]}, r, {}) is None
+    assert compare.compare(op, "f32", far, r, {}) is not None
+    g, want = torch.tensor([-100, 5]), torch.tensor([-99, 5])
+    assert _close(op, "f32", g, want, "q")[0] and not _close(op, "f32", g, want, "p")[0]
