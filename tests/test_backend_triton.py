@@ -362,6 +362,19 @@ NOVEL = {
           test  N in 1..2000, NB in 1..300
           bench N=1048576, NB=4096, dtype=f32
         """,
+    # a padded read of an elementwise intermediate: the intermediate materialized
+    "pool_of_scaled": """
+        op pool_of_scaled
+          dims M, N
+          in  x: f32 [M, N]
+          out y: like x [M, (N + 2 - 3) // 2 + 1]
+          t[i, j] = x[i, j] * 2.0
+          y[i, o] = max(k in 0 .. 3) t[i, o * 2 + k - 1] pad(-inf)
+          baseline F.max_pool1d((x * 2.0).unsqueeze(1), 3, stride=2, padding=1).squeeze(1)
+          tolerance exact
+          test  M in 1..64, N in 2..200
+          bench M=4096, N=8192, dtype=f32
+        """,
     "embedding_grad": """
         op embedding_grad
           dims N, V, D

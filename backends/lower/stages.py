@@ -133,7 +133,7 @@ def split(op: ir.Op, bench: dict[str, int], min_programs: int = 1024,
     scatter-add). Raises ``Unsupported`` when there is nothing to split."""
     statements, tensors = hoist_reductions(op)
     reductions = [st for st in statements if isinstance(st.value, ir.Reduce)]
-    flipped = _scans_read_elsewhere(statements)
+    flipped = _scans_read_elsewhere(statements) | _padded_reads(statements)
     sorted_together = _collectives_read(statements)
     if not reductions and not flipped and not sorted_together and \
             not (outputs_apart and len(op.outputs) > 1):
@@ -277,6 +277,16 @@ def _scans_read_elsewhere(statements) -> set[str]:
                     not all(isinstance(s, ir.Name) for s in n.subscripts):
                 out.add(n.tensor)
     return out
+
+
+def _padded_reads(statements) -> set[str]:
+    """Elementwise intermediates read with a pad (a pool over a scaled input, ``t[i, o * 2
+    + k - 1] pad(-inf)``): a padded read is of memory, so they are materialized (a
+    generator inlining them would have to pad an expression)."""
+    computed = {st.target for st in statements
+                if not isinstance(st.value, (ir.Reduce, ir.Scan, ir.Collective))}
+    return {n.tensor for st in statements for n in ir.walk(st.value)
+            if isinstance(n, ir.Access) and n.pad is not None and n.tensor in computed}
 
 
 def _stage(op: ir.Op, name: str, own: list[ir.Statement], defs, materialized, tensors,
