@@ -395,3 +395,36 @@ def test_memory_cut_under_the_judge_is_tampering_not_a_crash():
             "fakeraw", source=TRUNCATES), QUICK)).result(timeout=600)
     assert not r.ok
     assert "tampering: a shared memory file" in r.message, r.message
+
+
+CUDA_PROC = '''
+import os, sys, tempfile
+from kdsl.search.eval import lockdown
+try:
+    lockdown.read_only_filesystem((tempfile.mkdtemp(),), cuda=True)
+except OSError as e:
+    print("SKIP", e)
+    sys.exit(0)
+out = []
+for path, mode in (("/proc/self/comm", "w"), ("/proc/sys/kernel/core_pattern", "r+")):
+    try:
+        open(path, mode).close()
+        out.append(path + "=opened")
+    except OSError as e:
+        out.append(path + "=" + type(e).__name__)
+print(" ".join(out))
+'''
+
+
+def test_on_a_gpu_proc_stays_writable_but_the_kernels_settings():
+    """CUDA fails to start on a read-only /proc (an H100, 2026-12-06: "Error 304: OS call
+    failed"); there /proc stays writable but /proc/sys and the paths a container runtime
+    makes read-only, so kernel.core_pattern is still out of reach."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", CUDA_PROC], capture_output=True, text=True,
+                       timeout=120)
+    if r.stdout.startswith("SKIP"):
+        pytest.skip(r.stdout.strip())
+    assert "/proc/self/comm=opened" in r.stdout, r.stdout + r.stderr
+    assert "/proc/sys/kernel/core_pattern=OSError" in r.stdout, r.stdout + r.stderr

@@ -141,7 +141,7 @@ def _lock_down(device: str) -> dict[str, str]:
     server = getattr(forkserver._forkserver, "_forkserver_address", None)  # (no public handle)
     hidden = ((server,) if server else ()) + (locks,)
     report = lock_down(private, writable=(triton_cache,), hidden=hidden,
-                       private_shm=device == "cpu")
+                       private_shm=device == "cpu", cuda=device == "cuda")
     # nor can it pass as one of the judge's family to any multiprocessing listener (the
     # key every process multiprocessing starts inherits): it needs none, its requests'
     # descriptors come on its own socket (``fd_passing``)

@@ -8,7 +8,9 @@ confined, in layers, each tried and reported on its own (``lock_down`` returns w
 - **filesystem**: a mount namespace of its own in which every mount is read-only but its
   private folder (its builds and temporary files), devices and shared memory: nothing it
   writes can reach the kdsl sources, the measurement cache, a run's records, another
-  candidate's build, the kernel's settings (/proc, /sys) or the cgroups. On the CPU its
+  candidate's build, the kernel's settings (/proc, /sys) or the cgroups. (On a GPU /proc
+  stays writable but /proc/sys and the other paths a container runtime makes read-only:
+  CUDA fails to start on a read-only /proc.) On the CPU its
   shared memory is a small tmpfs of its own; on a GPU it is the machine's (CUDA tensors
   arrive with a reference count in a file there), and the candidates' Triton kernel cache
   is writable, a folder apart from the judge's (Triton compiles there; the judge's
@@ -64,6 +66,10 @@ MOUNT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
 # evaluation; a device node opens for writing on a read-only mount all the same)
 KEEP_WRITABLE_TYPES = {"devpts"}
 KEEP_WRITABLE_POINTS = ("/dev/shm", "/run/shm")
+# on a GPU, /proc stays writable but for these (CUDA writes to /proc as it starts): the
+# paths a container runtime makes read-only by default (Docker's), under which CUDA runs
+CUDA_READ_ONLY_PROC = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
+                       "/proc/sysrq-trigger")
 # the size of a candidate's private shared memory (``private_shm``): no honest kernel
 # needs more, and a shared one let a candidate keep files for later candidates (and could
 # have filled the machine's memory: a tmpfs takes RAM)
@@ -95,7 +101,8 @@ def not_dumpable() -> None:
 
 
 def lock_down(private: str, writable: tuple[str, ...] = (),
-              hidden: tuple[str, ...] = (), private_shm: bool = False) -> dict[str, str]:
+              hidden: tuple[str, ...] = (), private_shm: bool = False,
+              cuda: bool = False) -> dict[str, str]:
     """Confine this process; ``private`` (created here) and ``writable`` stay writable,
     the sockets ``hidden`` refuse it, and with ``private_shm`` its shared memory is a
     small empty file system of its own (``read_only_filesystem``).
@@ -108,7 +115,8 @@ def lock_down(private: str, writable: tuple[str, ...] = (),
     not_dumpable()
     os.makedirs(private, exist_ok=True)
     for layer, step in (("filesystem", lambda: read_only_filesystem((private, *writable),
-                                                                    hidden, private_shm)),
+                                                                    hidden, private_shm,
+                                                                    cuda)),
                         ("seccomp", lambda: install_seccomp(os.getpid())),
                         ("capabilities", drop_capabilities)):
         try:
@@ -134,20 +142,23 @@ def mounts() -> list[tuple[str, str, set[str]]]:
 
 
 def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = (),
-                         private_shm: bool = False) -> None:
+                         private_shm: bool = False, cuda: bool = False) -> None:
     """A mount namespace of this process's own, every mount read-only but ``writable``
-    (and devices and shared memory, ``KEEP_WRITABLE_TYPES``), each socket file of
-    ``hidden`` covered by /dev/null, so that connecting to it is refused, and with
-    ``private_shm`` a tmpfs of ``PRIVATE_SHM_BYTES`` over /dev/shm (where the judge passes
-    tensors as descriptors, on the CPU: nothing is opened there by name). (The forkserver every candidate is forked from takes a connection from
-    anyone who can reach its socket and forks whatever the pickle it is sent says: a
-    candidate got a process of its own that way, neither confined nor ever stopped, and
-    spun on the cores while the baseline was timed, 31x for a kernel identical to the
-    baseline. A read-only mount does not refuse ``connect``.)"""
+    and shared memory (with ``cuda``, /proc too, but ``CUDA_READ_ONLY_PROC``), each
+    socket file of ``hidden`` covered by /dev/null, so that connecting to it is refused,
+    each folder of it by an empty read-only tmpfs, and with ``private_shm`` a tmpfs of
+    ``PRIVATE_SHM_BYTES`` over /dev/shm (where the judge passes tensors as descriptors, on
+    the CPU: nothing is opened there by name). (The forkserver every candidate is forked
+    from takes a connection from anyone who can reach its socket and forks whatever the
+    pickle it is sent says: a candidate got a process of its own that way, neither
+    confined nor ever stopped, and spun on the cores while the baseline was timed, 31x
+    for a kernel identical to the baseline. A read-only mount does not refuse ``connect``.)"""
     c = _c()
     _check(c.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(c.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     for point, fstype, options in mounts():
+        if cuda and point == "/proc":
+            continue  # (below)
         if fstype in KEEP_WRITABLE_TYPES or point in KEEP_WRITABLE_POINTS or \
                 (point.startswith("/dev/") and fstype != "tmpfs") or "ro" in options:
             continue
@@ -162,6 +173,15 @@ def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = ()
             p = path.encode()
             _check(c.mount(p, p, None, MS_BIND, None), f"bind {path}")
             _check(c.mount(None, p, None, MS_REMOUNT | MS_BIND, None), f"remount {path} rw")
+    if cuda:
+        # CUDA's initialisation fails on a read-only /proc (an H100, 2026-12-06: "Error 304:
+        # OS call failed"), so there only the kernel's settings are made read-only
+        for path in CUDA_READ_ONLY_PROC:
+            if os.path.exists(path):
+                p = path.encode()
+                _check(c.mount(p, p, None, MS_BIND | MS_REC, None), f"bind {path}")
+                _check(c.mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None),
+                       f"remount {path} read-only")
     for path in hidden:
         if path and os.path.isdir(path):  # an empty read-only folder over it
             _check(c.mount(b"tmpfs", path.encode(), b"tmpfs",
