@@ -19,6 +19,7 @@ import enum
 import functools
 import importlib
 import importlib.util
+import threading
 import types
 from dataclasses import dataclass
 
@@ -106,11 +107,22 @@ def _public(module) -> frozenset[str]:
                      and not isinstance(getattr(module, n, None), types.ModuleType))
 
 
+# CPython 3.11's ast.parse is not safe in two threads at once (its AST state counts
+# recursion depth across threads: "AST constructor recursion depth mismatch" when the
+# guards of many sources were checked on a thread pool), so every parse here takes this lock
+PARSE_LOCK = threading.Lock()
+
+
+def parse(text: str) -> ast.Module:
+    with PARSE_LOCK:
+        return ast.parse(text)
+
+
 @functools.cache
 def runtime_names(module: str) -> frozenset[str]:
     """Public functions a kdsl runtime module defines or re-exports, read from its source."""
     spec = importlib.util.find_spec(module)
-    tree = ast.parse(open(spec.origin).read())
+    tree = parse(open(spec.origin).read())
     out = set()
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):

@@ -54,7 +54,7 @@ class Source:
     def module(self) -> "PyModule | None":
         if self.language != "python":
             return None
-        return PyModule(ast.parse(self.text))
+        return PyModule(allow.parse(self.text))
 
     @cached_property
     def profile(self) -> allow.Profile:
