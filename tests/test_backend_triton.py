@@ -375,6 +375,31 @@ NOVEL = {
           test  M in 1..64, N in 2..200
           bench M=4096, N=8192, dtype=f32
         """,
+    # exponentials written naively on inputs where exp overflows float32 (lower.numerics)
+    "naive_log_softmax": """
+        op naive_log_softmax
+          dims M, N
+          in  x: f32 [M, N] in -200 .. 200
+          out y: like x [M, N]
+          y[i, j] = log(exp(x[i, j]) / sum(k) exp(x[i, k]))
+          baseline torch.log_softmax(x, dim=1)
+          tolerance f32(rtol=1e-5, atol=1e-5)
+          test  M in 1..8, N in 1..200
+          bench M=16, N=128
+        """,
+    "naive_softmax_tmp": """
+        op naive_softmax_tmp
+          dims M, N
+          in  x: f32 [M, N] in -200 .. 200
+          out y: like x [M, N]
+          e[i, j] = exp(x[i, j])
+          s[i] = sum(j) e[i, j]
+          y[i, j] = e[i, j] / s[i]
+          baseline torch.softmax(x, dim=1)
+          tolerance f32(rtol=1e-5, atol=1e-6)
+          test  M in 1..8, N in 1..200
+          bench M=16, N=128
+        """,
     "embedding_grad": """
         op embedding_grad
           dims N, V, D

@@ -31,6 +31,7 @@ from kdsl.backends.base import Unsupported
 from kdsl.backends.lower.scatter import match as scatter_match
 from kdsl.backends.lower.scatter import scatter_form
 from kdsl.backends.lower.select import selections_as_reads
+from kdsl.backends.lower.numerics import stable_exponentials
 
 IMIN, IMAX = -(1 << 63), (1 << 63) - 1
 _axis_ids = itertools.count()
@@ -146,7 +147,7 @@ class Lowering:
         if reason:
             raise Unsupported(reason)
         self.op = scatter_form(selections_as_reads(
-            aa.inline_intermediates(op, genome.get("fusion", "none"))))
+            aa.inline_intermediates(stable_exponentials(op), genome.get("fusion", "none"))))
         self.dtype, self.genome, self.d = dtype, genome, dialect
         self.counter = itertools.count()
         self.tensors: dict[str, TensorInfo] = {}

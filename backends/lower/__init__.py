@@ -6,6 +6,7 @@ inside another's body, a full reduction to a few values) into stages, each a sma
 of a class the generators render well, joined by scratch tensors; ``scatter`` reads a
 sum over an equality indicator between an output index and an expression of the summed
 ones (a histogram, ``h[c] = sum(i) (idx[i] == c)``) as a scatter-add, which the C, numpy
-and torch generators render in O(N) instead of the dense O(N x C) (Triton keeps the
-dense sum).
+and torch generators render in O(N) instead of the dense O(N x C) (Triton from 64 keys);
+``numerics`` rewrites exponentials written as the math reads (a softmax, a log-sum-exp,
+a softplus) into forms shifted by their maximum, which do not overflow.
 """

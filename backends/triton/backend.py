@@ -31,6 +31,7 @@ from kdsl.backends.lower.attention import match as match_attention
 from kdsl.backends.lower.scans import ranges_as_scans
 from kdsl.backends.lower.scatter import Scatter, match as match_scatter, scatter_form, scatters
 from kdsl.backends.lower.select import selections_as_reads
+from kdsl.backends.lower.numerics import stable_exponentials
 from kdsl.backends.lower.stages import Staged, recomputed, split
 from kdsl.backends.triton.plan import SEG, Plan, make_plan
 from kdsl.backends.triton import attention as triton_attention
@@ -340,9 +341,10 @@ MIN_PROGRAMS = 1024
 
 @lru_cache(maxsize=256)
 def _canonical(op: ir.Op) -> ir.Op:
-    """The op as the lowering reads it: prefix and suffix ranged sums as scans, sums that
-    select one term by an equality as that term's read."""
-    return ranges_as_scans(selections_as_reads(op))
+    """The op as the lowering reads it: exponentials in forms that do not overflow
+    (``lower.numerics``), prefix and suffix ranged sums as scans, sums that select one
+    term by an equality as that term's read."""
+    return ranges_as_scans(selections_as_reads(stable_exponentials(op)))
 
 
 @lru_cache(maxsize=256)
