@@ -135,3 +135,22 @@ def test_a_bag_kernel_wrong_only_past_110_rows_is_rejected(monkeypatch):
     assert r.stage == "correctness" and "longest" in r.message, r.message
     monkeypatch.setattr(plan, "upper_shapes", lambda *a: [])
     assert _evaluate(op, BAG.replace("LIMIT", "110"), config).ok  # passed before
+
+
+def test_a_spec_whose_every_case_is_large_is_checked_at_its_smallest():
+    # an imported module's weights are fixed (8192 x 8192): no case fits the budget, and
+    # the smallest is checked rather than none
+    op = spec.parse_text(textwrap.dedent("""
+        op fixed_linear
+          dims B
+          in  w: f32 [3000, 3000]
+          in  x: f32 [B, 3000]
+          out y: f32 [B, 3000]
+          y[b, o] = sum(k) x[b, k] * w[o, k]
+          baseline x @ w.T
+          tolerance f32(rtol=1e-3, atol=1e-3)
+          test  B in 2..4
+          bench B=8
+        """), "t.kspec").ops[0]
+    planned = plan.plan(op, QUICK)
+    assert [(p.shape.sizes, p.shape.dtype) for p in planned] == [({"B": 2}, "f32")]
