@@ -23,3 +23,13 @@ def test_past_a_value_the_rest_is_attribute_access(monkeypatch):
     monkeypatch.setattr(allowlists, "_is_class", lambda module, dotted: False)
     prof = Profile("t", {"lib": lambda: frozenset({"float32"})})
     assert prof.allowed("lib.float32.primitive_bitwidth")
+
+
+def test_the_torch_backend_names_its_operators_by_aten_names_too():
+    # an imported module's baseline replays its traced graph: torch.ops.aten.<op>.<overload>
+    prof = allowlists.profile("torch")
+    assert prof.allowed("torch.ops.aten.leaky_relu.default")  # F.leaky_relu
+    assert prof.allowed("torch.ops.aten.mul.Tensor")  # torch.mul
+    assert not prof.allowed("torch.ops.aten.from_file.default")  # refused by either name
+    assert not prof.allowed("torch.ops.aten._local_scalar_dense.default")
+    assert not allowlists.profile("numpy").allowed("torch.ops.aten.mul.Tensor")

@@ -165,6 +165,11 @@ def torch_compute() -> frozenset[str]:
         sub = m[len("torch."):]
         out |= {f"{sub}.{n}" for n in _public(mod)
                 if callable(getattr(mod, n)) and not isinstance(getattr(mod, n), type)}
+    # the same operators by their ATen names (``torch.ops.aten.mul.Tensor``, what an
+    # imported module's baseline replays): each name torch or F exposes, any overload
+    out -= TORCH_REFUSED
+    out |= {f"ops.aten.{n.rpartition('.')[2]}" for n in out
+            if n.rpartition(".")[0] in ("", "nn.functional")}
     return frozenset((out | TORCH_PLUMBING) - TORCH_REFUSED)
 
 
