@@ -406,25 +406,55 @@ except OSError as e:
     print("SKIP", e)
     sys.exit(0)
 out = []
-for path, mode in (("/proc/self/comm", "w"), ("/proc/sys/kernel/core_pattern", "r+")):
+for path, mode in (("/proc/self/comm", "w"), ("/proc/thread-self/comm", "w"),
+                   ("/proc/sys/kernel/core_pattern", "r+"),
+                   ("/proc/%d/oom_score_adj" % os.getppid(), "r+"),
+                   ("/proc/%d/autogroup" % os.getppid(), "r+")):
     try:
         open(path, mode).close()
-        out.append(path + "=opened")
+        out.append(path.replace(str(os.getppid()), "PARENT") + "=opened")
     except OSError as e:
-        out.append(path + "=" + type(e).__name__)
+        out.append(path.replace(str(os.getppid()), "PARENT") + "=" + type(e).__name__)
 print(" ".join(out))
 '''
 
 
-def test_on_a_gpu_proc_stays_writable_but_the_kernels_settings():
+def test_on_a_gpu_only_the_processs_own_proc_files_stay_writable():
     """CUDA fails to start on a read-only /proc (an H100, 2026-12-06: "Error 304: OS call
-    failed"); there /proc stays writable but /proc/sys and the paths a container runtime
-    makes read-only, so kernel.core_pattern is still out of reach."""
+    failed"); there the process's own /proc/PID stays writable, and every other process's
+    (its OOM score, its autogroup's niceness) and the kernel's settings are read-only."""
     import subprocess
     import sys
     r = subprocess.run([sys.executable, "-c", CUDA_PROC], capture_output=True, text=True,
                        timeout=120)
     if r.stdout.startswith("SKIP"):
         pytest.skip(r.stdout.strip())
-    assert "/proc/self/comm=opened" in r.stdout, r.stdout + r.stderr
-    assert "/proc/sys/kernel/core_pattern=OSError" in r.stdout, r.stdout + r.stderr
+    for opened in ("/proc/self/comm", "/proc/thread-self/comm"):
+        assert f"{opened}=opened" in r.stdout, r.stdout + r.stderr
+    for refused in ("/proc/sys/kernel/core_pattern", "/proc/PARENT/oom_score_adj",
+                    "/proc/PARENT/autogroup"):
+        assert f"{refused}=OSError" in r.stdout, r.stdout + r.stderr
+
+
+CUDA_PROC_CHOICE = '''
+import os, sys, tempfile
+from kdsl.search.eval import candidate_main, lockdown
+private = tempfile.mkdtemp()
+os.environ[candidate_main.CUDA_PROC_ENV] = lockdown.PROC_ALL_BUT_KERNEL
+known = candidate_main._cuda_proc(private, {"cuda": True})
+os.environ[candidate_main.CUDA_PROC_ENV] = "anything else"
+tried = candidate_main._cuda_proc(private, {"cuda": True})
+print("KNOWN", known == lockdown.PROC_ALL_BUT_KERNEL, "TRIED", tried)
+'''
+
+
+def test_a_gpu_candidates_proc_is_the_strictest_cuda_starts_under():
+    """Tried once in a forked child (confined as strictly as can be, then starting CUDA):
+    here, with no GPU, CUDA does not start, so the looser mode is taken; a mode the judge
+    already knows (from an earlier process's report) is taken without trying."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", CUDA_PROC_CHOICE], capture_output=True,
+                       text=True, timeout=300)
+    assert "KNOWN True" in r.stdout, r.stdout + r.stderr
+    assert f"TRIED {lockdown.PROC_ALL_BUT_KERNEL}" in r.stdout, r.stdout + r.stderr

@@ -131,6 +131,7 @@ def _lock_down(device: str) -> dict[str, str]:
     if os.environ.get("KDSL_CONFINE", "1") == "0":
         os.makedirs(private, exist_ok=True)
         return {"all": "off: KDSL_CONFINE=0"}
+    from . import lockdown
     from .lockdown import lock_down
     triton_cache = os.environ["TRITON_CACHE_DIR"] = candidates_triton_cache()
     try:
@@ -140,14 +141,48 @@ def _lock_down(device: str) -> dict[str, str]:
     from multiprocessing import forkserver
     server = getattr(forkserver._forkserver, "_forkserver_address", None)  # (no public handle)
     hidden = ((server,) if server else ()) + (locks,)
-    report = lock_down(private, writable=(triton_cache,), hidden=hidden,
-                       private_shm=device == "cpu", cuda=device == "cuda")
+    confined = dict(writable=(triton_cache,), hidden=hidden, private_shm=device == "cpu",
+                    cuda=device == "cuda")
+    proc = _cuda_proc(private, confined) if device == "cuda" else lockdown.PROC_OWN
+    report = lock_down(private, proc=proc, **confined)
+    if device == "cuda":
+        report["proc"] = proc
     # nor can it pass as one of the judge's family to any multiprocessing listener (the
     # key every process multiprocessing starts inherits): it needs none, its requests'
     # descriptors come on its own socket (``fd_passing``)
     import multiprocessing
     multiprocessing.current_process().authkey = os.urandom(32)
     return report
+
+
+CUDA_PROC_ENV = "KDSL_CUDA_PROC"  # the /proc mode a GPU candidate takes, once known
+
+
+def _cuda_proc(private: str, confined: dict) -> str:
+    """The strictest /proc under which CUDA starts here (``lockdown.PROC_OWN``, else
+    ``PROC_ALL_BUT_KERNEL``): the judge's answer when it has one (``CUDA_PROC_ENV``, from
+    an earlier process's report), else a forked child's, confined and starting CUDA. (A
+    confinement that broke CUDA failed every GPU candidate: this finds it out on the
+    machine, once per judge, at the cost of one CUDA start.)"""
+    from . import lockdown
+    known = os.environ.get(CUDA_PROC_ENV)
+    if known in (lockdown.PROC_OWN, lockdown.PROC_ALL_BUT_KERNEL):
+        return known
+    child = os.fork()
+    if child == 0:  # (single-threaded, and CUDA not started: as a candidate is here)
+        code = 1
+        try:
+            report = lockdown.lock_down(private, proc=lockdown.PROC_OWN, **confined)
+            import torch
+            if all(v == "on" for v in report.values()):
+                torch.ones(8, device="cuda").sum().item()
+                code = 0
+        except BaseException:  # noqa: BLE001 - any failure to start says the same
+            pass
+        os._exit(code)
+    _, status = os.waitpid(child, 0)
+    ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    return lockdown.PROC_OWN if ok else lockdown.PROC_ALL_BUT_KERNEL
 
 
 def candidates_triton_cache() -> str:

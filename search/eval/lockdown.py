@@ -66,8 +66,14 @@ MOUNT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
 # evaluation; a device node opens for writing on a read-only mount all the same)
 KEEP_WRITABLE_TYPES = {"devpts"}
 KEEP_WRITABLE_POINTS = ("/dev/shm", "/run/shm")
-# on a GPU, /proc stays writable but for these (CUDA writes to /proc as it starts): the
-# paths a container runtime makes read-only by default (Docker's), under which CUDA runs
+# On a GPU /proc cannot be read-only as a whole: CUDA's start failed on an H100 so
+# ("Error 304: OS call failed", 2026-12-06). ``PROC_OWN``: only the process's own /proc/PID
+# stays writable, every other process's is read-only (a writable /proc let a candidate
+# renice the judge's autogroup and raise its OOM score), the kernel's settings too.
+# ``PROC_ALL_BUT_KERNEL``, where CUDA does not start under that (``candidate_main`` tries
+# it first, in a child): all of /proc writable but the kernel's settings, the paths a
+# container runtime makes read-only by default (Docker's), under which CUDA runs
+PROC_OWN, PROC_ALL_BUT_KERNEL = "own", "all but the kernel's settings"
 CUDA_READ_ONLY_PROC = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
                        "/proc/sysrq-trigger")
 # the size of a candidate's private shared memory (``private_shm``): no honest kernel
@@ -102,7 +108,7 @@ def not_dumpable() -> None:
 
 def lock_down(private: str, writable: tuple[str, ...] = (),
               hidden: tuple[str, ...] = (), private_shm: bool = False,
-              cuda: bool = False) -> dict[str, str]:
+              cuda: bool = False, proc: str = PROC_OWN) -> dict[str, str]:
     """Confine this process; ``private`` (created here) and ``writable`` stay writable,
     the sockets ``hidden`` refuse it, and with ``private_shm`` its shared memory is a
     small empty file system of its own (``read_only_filesystem``).
@@ -116,7 +122,7 @@ def lock_down(private: str, writable: tuple[str, ...] = (),
     os.makedirs(private, exist_ok=True)
     for layer, step in (("filesystem", lambda: read_only_filesystem((private, *writable),
                                                                     hidden, private_shm,
-                                                                    cuda)),
+                                                                    cuda, proc)),
                         ("seccomp", lambda: install_seccomp(os.getpid())),
                         ("capabilities", drop_capabilities)):
         try:
@@ -142,9 +148,11 @@ def mounts() -> list[tuple[str, str, set[str]]]:
 
 
 def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = (),
-                         private_shm: bool = False, cuda: bool = False) -> None:
+                         private_shm: bool = False, cuda: bool = False,
+                         proc: str = PROC_OWN) -> None:
     """A mount namespace of this process's own, every mount read-only but ``writable``
-    and shared memory (with ``cuda``, /proc too, but ``CUDA_READ_ONLY_PROC``), each
+    and shared memory (with ``cuda``, this process's own /proc/PID too, or with ``proc``
+    ``PROC_ALL_BUT_KERNEL`` /proc but ``CUDA_READ_ONLY_PROC``), each
     socket file of ``hidden`` covered by /dev/null, so that connecting to it is refused,
     each folder of it by an empty read-only tmpfs, and with ``private_shm`` a tmpfs of
     ``PRIVATE_SHM_BYTES`` over /dev/shm (where the judge passes tensors as descriptors, on
@@ -157,7 +165,7 @@ def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = ()
     _check(c.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(c.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     for point, fstype, options in mounts():
-        if cuda and point == "/proc":
+        if cuda and proc == PROC_ALL_BUT_KERNEL and point == "/proc":
             continue  # (below)
         if fstype in KEEP_WRITABLE_TYPES or point in KEEP_WRITABLE_POINTS or \
                 (point.startswith("/dev/") and fstype != "tmpfs") or "ro" in options:
@@ -173,15 +181,17 @@ def read_only_filesystem(writable: tuple[str, ...], hidden: tuple[str, ...] = ()
             p = path.encode()
             _check(c.mount(p, p, None, MS_BIND, None), f"bind {path}")
             _check(c.mount(None, p, None, MS_REMOUNT | MS_BIND, None), f"remount {path} rw")
-    if cuda:
-        # CUDA's initialisation fails on a read-only /proc (an H100, 2026-12-06: "Error 304:
-        # OS call failed"), so there only the kernel's settings are made read-only
+    if cuda and proc == PROC_ALL_BUT_KERNEL:
         for path in CUDA_READ_ONLY_PROC:
             if os.path.exists(path):
                 p = path.encode()
                 _check(c.mount(p, p, None, MS_BIND | MS_REC, None), f"bind {path}")
                 _check(c.mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None),
                        f"remount {path} read-only")
+    elif cuda:  # its own /proc/PID writable again, its threads' included (see above)
+        own = f"/proc/{os.getpid()}".encode()
+        _check(c.mount(own, own, None, MS_BIND | MS_REC, None), "bind /proc/PID")
+        _check(c.mount(None, own, None, MS_REMOUNT | MS_BIND, None), "remount /proc/PID rw")
     for path in hidden:
         if path and os.path.isdir(path):  # an empty read-only folder over it
             _check(c.mount(b"tmpfs", path.encode(), b"tmpfs",

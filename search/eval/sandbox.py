@@ -94,6 +94,9 @@ class Sandbox:
                                  f"{READY_TIMEOUT_S:g}s")
         tag, self.pid, self.confinement = self._receive()
         assert tag == "ready", tag
+        if "proc" in self.confinement:  # how a GPU candidate's /proc is confined here: the
+            os.environ[candidate_main.CUDA_PROC_ENV] = self.confinement["proc"]  # next
+            # processes take it without trying again (``candidate_main._cuda_proc``)
         self._settle(stopping.halt(self.pid))
         from .device_lock import exclusive
         # a GPU's probes hold it alone, as the timed runs they stand for do: beside another
