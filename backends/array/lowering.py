@@ -32,6 +32,7 @@ from kdsl.backends.lower.scatter import match as scatter_match
 from kdsl.backends.lower.scatter import scatter_form
 from kdsl.backends.lower.select import selections_as_reads
 from kdsl.backends.lower.numerics import stable_exponentials
+from kdsl.backends.lower.common import common_reductions
 
 IMIN, IMAX = -(1 << 63), (1 << 63) - 1
 _axis_ids = itertools.count()
@@ -147,7 +148,8 @@ class Lowering:
         if reason:
             raise Unsupported(reason)
         self.op = scatter_form(selections_as_reads(
-            aa.inline_intermediates(stable_exponentials(op), genome.get("fusion", "none"))))
+            common_reductions(aa.inline_intermediates(stable_exponentials(op),
+                                                      genome.get("fusion", "none")))))
         self.dtype, self.genome, self.d = dtype, genome, dialect
         self.counter = itertools.count()
         self.tensors: dict[str, TensorInfo] = {}

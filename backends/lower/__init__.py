@@ -8,5 +8,6 @@ sum over an equality indicator between an output index and an expression of the 
 ones (a histogram, ``h[c] = sum(i) (idx[i] == c)``) as a scatter-add, which the C, numpy
 and torch generators render in O(N) instead of the dense O(N x C) (Triton from 64 keys);
 ``numerics`` rewrites exponentials written as the math reads (a softmax, a log-sum-exp,
-a softplus) into forms shifted by their maximum, which do not overflow.
+a softplus) into forms shifted by their maximum, which do not overflow; ``common``
+computes a reduction written twice in one statement once (the C and array generators).
 """
