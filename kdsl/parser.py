@@ -123,7 +123,9 @@ class _ToIR(Transformer):
                 raise _Invalid(a.loc, f"'{a.name} in ..' ranges belong to a reduction, "
                                       f"but '{fn}(...)' has no body after it")
         if fn in REDUCTIONS + SCANS + COLLECTIVES and fn not in ELEMENTWISE:
-            raise _Invalid(loc, f"'{fn}(...)' needs a body after it, like {fn}(j) x[i, j]")
+            raise _Invalid(loc, f"'{fn}(...)' needs a body after it, like {fn}(j) x[i, j] "
+                                f"(a body that starts with a minus sign goes in parentheses: "
+                                f"{fn}(j) (-x[i, j]), or the sign before it: -{fn}(j) x[i, j])")
         return ir.Call(fn, args, loc)
 
     def reduction(self, meta, c):
