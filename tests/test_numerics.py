@@ -1,7 +1,9 @@
 """Exponentials written as the math reads (``lower.numerics``): on inputs of magnitude 200,
 where ``exp`` overflows float32, the c and numpy kernels of a softmax, log-softmax,
-log-sum-exp, softplus and cross-entropy written naively agree with the float64 reference
-and with torch (the Triton interpreter runs two of them in ``test_backend_triton``)."""
+log-sum-exp, softplus, cross-entropy (per row and as a mean), masked softmax, causal
+attention, entropy, logaddexp, tanh and sigmoid written through ``exp`` agree with the
+float64 reference and with torch (the Triton interpreter runs two of them in
+``test_backend_triton``)."""
 from __future__ import annotations
 
 import pytest
@@ -78,6 +80,76 @@ op naive_xent
   tolerance f32(rtol=1e-5, atol=1e-5)
   test  M in 1..8, N in 1..200
   bench M=16, N=128
+
+op mean_xent
+  dims M, C
+  in  logits: f32 [M, C] in -200 .. 200
+  in  target: i64 [M] in 0..C
+  out loss: f32 []
+  loss[] = -mean(i) log(exp(logits[i, target[i]]) / sum(j) exp(logits[i, j]))
+  baseline F.cross_entropy(logits, target)
+  tolerance f32(rtol=1e-5, atol=1e-4)
+  test  M in 1..8, C in 1..200
+  bench M=16, C=128
+
+op masked_softmax
+  dims M, N
+  in  x: f32 [M, N] in -200 .. 200
+  in  mask: i64 [M, N] in 0..2
+  out y: like x [M, N]
+  e[i, j] = exp(x[i, j]) * f32(mask[i, j])
+  y[i, j] = e[i, j] / sum(k) e[i, k]
+  baseline torch.softmax(x.masked_fill(mask == 0, float("-inf")), -1)
+  tolerance f32(rtol=1e-5, atol=1e-6)
+  test  M in 1..8, N in 1..200
+  bench M=16, N=128
+
+op causal_attention
+  dims H, S, D
+  in  q: f32 [H, S, D] in -10 .. 10
+  in  k: like q [H, S, D] in -10 .. 10
+  in  v: like q [H, S, D]
+  out y: like q [H, S, D]
+  s[h, i, j] = sum(d) q[h, i, d] * k[h, j, d] * rsqrt(f32(D))
+  e[h, i, j] = where(j <= i, exp(s[h, i, j]), 0.0)
+  y[h, i, d] = sum(j) e[h, i, j] * v[h, j, d] / sum(j) e[h, i, j]
+  baseline F.scaled_dot_product_attention(q, k, v, is_causal=True)
+  tolerance f32(rtol=2e-3, atol=2e-3)
+  test  H in 1..2, S in 1..24, D in 1..16
+  bench H=2, S=32, D=16
+
+op entropy_recip
+  dims M, N
+  in  x: f32 [M, N] in -200 .. 200
+  out h: f32 [M]
+  out p: f32 [M, N]
+  e[i, j] = exp(x[i, j])
+  r[i] = 1.0 / sum(j) e[i, j]
+  p[i, j] = e[i, j] * r[i]
+  h[i] = -(sum(j) p[i, j] * log(p[i, j]))
+  baseline (torch.distributions.Categorical(logits=x).entropy(), torch.softmax(x, -1))
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test  M in 1..8, N in 1..200
+  bench M=16, N=128
+
+op exp_chains
+  dims M, N
+  in  a: f32 [M, N] in -100 .. 100
+  in  b: like a [M, N] in -100 .. 100
+  in  w: f32 [N] positive
+  out lae: like a [M, N]
+  out th: like a [M, N]
+  out sg: like a [M, N]
+  out wl: f32 [M]
+  lae[i, j] = log(exp(a[i, j]) + exp(b[i, j]))
+  th[i, j] = (exp(a[i, j]) - exp(-a[i, j])) / (exp(a[i, j]) + exp(-a[i, j]))
+  sg[i, j] = exp(a[i, j]) / (1.0 + exp(a[i, j]))
+  wl[i] = log(mean(j) w[j] * exp(a[i, j]))
+  baseline (torch.logaddexp(a, b), torch.tanh(a), torch.sigmoid(a), torch.logsumexp(a + torch.log(w), dim=-1) - math.log(a.shape[1]))
+  tolerance f32(rtol=1e-5, atol=1e-4)
+  test  M in 1..8, N in 1..200
+  bench M=16, N=128
+
 """
 OPS = {o.name: o for o in spec.parse_text(NAIVE, "naive.kspec").ops}
 
@@ -113,9 +185,17 @@ def test_forms_already_shifted_by_their_maximum_are_left_as_written():
             assert stable_exponentials(op) is op, op.name
 
 
-def test_a_sum_inside_another_reduction_is_left_as_written():
-    text = NAIVE.split("op naive_xent")[1].replace("out loss: f32 [M]", "out loss: f32 []")
-    text = text.replace("loss[i] = -log(", "loss[] = -sum(i) log(")
-    text = text.replace('reduction="none"', 'reduction="sum"')
-    op = spec.parse_text("op naive_xent" + text, "t.kspec").ops[0]
+def test_a_sum_inside_another_reduction_gets_a_maximum_over_both_indices():
+    op = stable_exponentials(OPS["mean_xent"])
+    first = op.statements[0]
+    assert first.target.startswith("kd_max") and first.indices == ("i",)
+    assert op.tensor(first.target).shape == (ir.Name("M"),)
+
+
+def test_a_ratio_without_exponentials_above_is_left_as_written():
+    # 1 / (1 + exp(-x)) overflows to 1 / inf = 0, the right limit: no shift, no cost
+    text = NAIVE.split("op naive_softplus")[1].split("\n\n")[0]
+    text = text.replace("log(1 + exp(x[i, j]))", "1.0 / (1.0 + exp(-x[i, j]))")
+    text = text.replace("F.softplus(x)", "torch.sigmoid(x)")
+    op = spec.parse_text("op sigmoid" + text, "t.kspec").ops[0]
     assert stable_exponentials(op) is op

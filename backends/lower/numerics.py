@@ -3,178 +3,390 @@
 The float64 reference computes ``exp(x) / sum(j) exp(x)`` at x = 200 without trouble; a
 float32 kernel rendered as written takes ``exp(200)`` to infinity and returns NaN. Where
 a spec declares inputs of such magnitudes (``in x: f32 [M, N] in -200 .. 200``) that
-kernel is wrong, and torch's own softmax, log-softmax, softplus and cross-entropy are
-right. The same values, in forms that stay finite, with ``m`` the maximum of the
-exponents over the summed indices (an intermediate of its own):
+kernel is wrong, and torch's own softmax, log-softmax, softplus, cross-entropy and
+attention are right.
 
-- ``exp(a) / sum(J) exp(b)``      ->  ``exp(a - m) / sum(J) exp(b - m)``
-- ``log(sum(J) exp(b))``          ->  ``m + log(sum(J) exp(b - m))``
-- ``log(exp(a))``                 ->  ``a``
-- ``log(p / q)`` (p, q of the above forms)  ->  ``log(p) - log(q)``
-- ``log(1 + exp(a))``, ``log1p(exp(a))``    ->  ``max(a, 0) + log(1 + exp(-abs(a)))``
+An *exponential term* is ``exp(a)`` times factors without exponentials, possibly under a
+mask: ``exp(a)``, ``w[j] * exp(a)``, ``exp(a) * f32(mask[i, j])``, ``where(j <= i,
+exp(a), 0)``, ``e[i, j]`` for an intermediate defined as one. A *sum of exponentials* is a
+sum or mean over indices of one term, or terms added and subtracted (a term without
+exponentials counts as ``exp(0)`` times itself: the 1 of ``1 + exp(x)``). Such a sum
+times ``exp(-m)`` is the same sum with each ``exp(a)`` replaced by ``exp(a - m)``, and
+with ``m`` the largest exponent among its active terms (a maximum over the summed
+indices, an intermediate of its own, or an elementwise ``max`` of a few) every
+exponential stays at most 1. So, with that ``m``:
 
-An intermediate defined as one such exponential or sum (``e[i, j] = exp(x[i, j])``,
-``s[i] = sum(j) e[i, j]``) is seen through, and dropped once nothing reads it. A sum whose
-exponents are already shifted by a maximum (``exp(x[i, j] - m[i])`` with ``m`` a max) is
-left as written, and so is one that reads an index bound by an enclosing reduction (its
-maximum would need an intermediate over that index's range).
+- ``N / D``, D a sum of exponentials and N a term or a sum of them:
+  ``N·exp(-m) / D·exp(-m)`` (a softmax, a sigmoid ``e / (1 + e)``, a tanh through
+  ``exp``, an attention's weighted sum, masked or not; ``N * (1 / D)`` too; with N free
+  of exponentials, as in ``1 / (1 + exp(-x))``, D's overflow gives the right limit, 0);
+- ``log(D)``: ``m + log(D·exp(-m))`` (log-sum-exp, weighted, of a mean, logaddexp);
+- ``log(N / D)``: ``log(N) - log(D)``; ``log(exp(a) * r)``: ``a + log(r)``;
+- ``log(1 + exp(a))``, ``log1p(exp(a))``: ``max(a, 0) + log(1 + exp(-abs(a)))``.
+
+Masked maxima are taken over the active terms only (a causal mask's future scores may be
+the largest, and a shift by them would take every active term to zero), and a maximum
+over no active term shifts by 0. An intermediate defined as one of these forms (``e[i,
+j] = exp(x[i, j])``, ``s[i] = sum(j) e[i, j]``, ``p[i, j] = e[i, j] / s[i]``) is seen
+through and dropped once nothing reads it. Sums already shifted by a maximum
+(``exp(x[i, j] - m[i])``) are left as written, and so is a sum that reads an index an
+enclosing reduction binds over a range not starting at 0.
 """
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import Callable
 
 from kdsl import ir
 from kdsl.backends.lower.rewrite import free_names, rebuild, subst
 
+NEG_INF = ir.Unary("neg", ir.Name("inf"))
+
+
+@dataclass(frozen=True)
+class Term:
+    """``exp(a)`` times factors free of exponentials, active where ``cond`` holds (None:
+    everywhere); ``shifted(m)`` is the term with ``exp(a)`` as ``exp(a - m)``."""
+    a: ir.Expr
+    cond: ir.Expr | None
+    shifted: Callable[[ir.Expr], ir.Expr]
+
 
 def stable_exponentials(op: ir.Op) -> ir.Op:
     """``op`` with each form above rewritten; ``op`` itself where there is none."""
-    defs = {st.target: st for st in op.statements if op.tensor(st.target).role == "tmp"}
+    defs = {st.target: st for st in op.statements}  # (an output read elsewhere too)
     tensors, statements = list(op.tensors), []
     changed = False
     for st in op.statements:
-        shape = dict(zip(st.indices, op.tensor(st.target).shape))
-        extra: list[ir.Statement] = []
-        rewriter = _Rewriter(op, defs, st, shape, extra, tensors)
-        value = rewriter.visit(st.value)
+        rewriter = _Rewriter(op, defs, st, tensors)
+        value = rewriter.visit(st.value, {})
         changed |= rewriter.changed
-        statements += extra + [dataclasses.replace(st, value=value)]
+        statements += rewriter.extra + [dataclasses.replace(st, value=value)]
     if not changed:
         return op
     return _without_unread(dataclasses.replace(op, tensors=tuple(tensors),
                                                statements=tuple(statements)))
 
 
+def _has_exp(e: ir.Expr) -> bool:
+    return any(isinstance(n, ir.Call) and n.fn == "exp" for n in ir.walk(e))
+
+
+def _is_num(e: ir.Expr, value=None) -> bool:
+    return isinstance(e, ir.Num) and (value is None or e.value == value)
+
+
 class _Rewriter:
-    def __init__(self, op, defs, st, shape, extra, tensors):
-        self.op, self.defs, self.st, self.shape = op, defs, st, shape
-        self.extra, self.tensors = extra, tensors
+    def __init__(self, op, defs, st, tensors):
+        self.op, self.defs, self.st, self.tensors = op, defs, st, tensors
+        self.shape = dict(zip(st.indices, op.tensor(st.target).shape))
+        self.extra: list[ir.Statement] = []
         self.changed = False
 
-    # -- seeing through intermediates ------------------------------------------------
+    # -- seeing through intermediates ----------------------------------------------
 
     def _resolved(self, e: ir.Expr) -> ir.Expr:
-        """``e``, or the definition of the intermediate it reads when that is an
-        exponential or a sum (its indices put in place)."""
+        """``e``, or the definition of the intermediate it reads when that carries an
+        exponential (its indices put in place)."""
         if isinstance(e, ir.Access) and e.tensor in self.defs and e.pad is None:
             d = self.defs[e.tensor]
-            if _is_exp(d.value) or _is_sum_of_exp(d.value, self.defs):
+            if self._carries_exp(d.value) or self._reciprocal(d.value) is not None:
                 return subst(d.value, dict(zip(d.indices, e.subscripts)))
         return e
 
-    def _exp_arg(self, e: ir.Expr) -> ir.Expr | None:
-        e = self._resolved(e)
-        return e.args[0] if _is_exp(e) else None
+    def _carries_exp(self, e: ir.Expr, seen: frozenset = frozenset()) -> bool:
+        """``e`` has an exponential, in itself or in an intermediate it reads."""
+        for n in ir.walk(e):
+            if isinstance(n, ir.Call) and n.fn == "exp":
+                return True
+            if isinstance(n, ir.Access) and n.tensor in self.defs and n.tensor not in seen \
+                    and self._carries_exp(self.defs[n.tensor].value, seen | {n.tensor}):
+                return True
+        return False
 
-    def _sum_of_exp(self, e: ir.Expr) -> tuple[ir.Reduce, ir.Expr] | None:
-        """(the sum, its exponent) of ``sum(J) exp(b)``, ``b`` not shifted by a maximum."""
+    def _reciprocal(self, e: ir.Expr) -> ir.Expr | None:
+        """D of ``1 / D``."""
+        if isinstance(e, ir.Binary) and e.op == "/" and _is_num(e.left, 1):
+            return e.right
+        return None
+
+    # -- terms -------------------------------------------------------------------------
+
+    def term(self, e: ir.Expr) -> Term | None:
+        """``e`` as an exponential term, or None."""
         e = self._resolved(e)
-        if not (isinstance(e, ir.Reduce) and e.op == "sum"):
+        if isinstance(e, ir.Call) and e.fn == "exp" and len(e.args) == 1:
+            a = e.args[0]
+            return Term(a, None, lambda m: ir.Call("exp", (ir.Binary("-", a, m),)))
+        if isinstance(e, ir.Unary) and e.op == "neg":
+            t = self.term(e.operand)
+            return t and Term(t.a, t.cond, lambda m: ir.Unary("neg", t.shifted(m)))
+        if isinstance(e, ir.Binary) and e.op in ("*", "/"):
+            for k, (x, y) in enumerate(((e.left, e.right), (e.right, e.left))):
+                if k == 1 and e.op == "/":
+                    break  # r / exp(a) is not a term of exp(a)
+                if self._carries_exp(y):
+                    continue
+                t = self.term(x)
+                if t is None:
+                    continue
+                cond = _and(t.cond, ir.Binary("!=", y, ir.Num(0))) if e.op == "*" else t.cond
+                if k == 0:
+                    return Term(t.a, cond, lambda m: ir.Binary(e.op, t.shifted(m), y))
+                return Term(t.a, cond, lambda m: ir.Binary(e.op, y, t.shifted(m)))
             return None
-        b = self._exp_arg(e.body)
-        if b is None or _shifted_by_max(b, self.op, self.defs):
+        if isinstance(e, ir.Call) and e.fn == "where" and len(e.args) == 3:
+            c, x, y = e.args
+            for value, other, active in ((x, y, c), (y, x, ir.Unary("not", c))):
+                if _is_num(other, 0) or _is_num(other, 0.0):
+                    t = self.term(value)
+                    if t is not None:
+                        def shifted(m, t=t, value=value):
+                            args = (c, t.shifted(m), other) if value is x else \
+                                (c, other, t.shifted(m))
+                            return ir.Call("where", args)
+                        return Term(t.a, _and(active, t.cond), shifted)
+        return None
+
+    def chain(self, e: ir.Expr) -> list[tuple[str, ir.Expr, Term | None]] | None:
+        """``e`` as terms added and subtracted: (sign, the leaf, its term or None for a
+        leaf free of exponentials); None unless some leaf is a term and every leaf that
+        carries an exponential is one."""
+        out: list = []
+
+        def walk(x, sign):
+            x2 = self._resolved(x)
+            if isinstance(x2, ir.Binary) and x2.op in ("+", "-"):
+                walk(x2.left, sign)
+                walk(x2.right, sign if x2.op == "+" else ("-" if sign == "+" else "+"))
+                return
+            t = self.term(x2)
+            if t is None and (self._carries_exp(x2) or any(isinstance(n, ir.Reduce)
+                                                   for n in ir.walk(x2))):
+                raise ValueError
+            out.append((sign, x2, t))
+        try:
+            walk(e, "+")
+        except ValueError:
             return None
-        if not free_names(e, self.op.dims) <= set(self.st.indices):
-            return None  # reads an index an enclosing reduction binds
-        return e, b
+        return out if any(t is not None for _, _, t in out) and len(out) > 1 else None
+
+    # -- shifts ------------------------------------------------------------------------
+
+    def _sum_shift(self, total: ir.Reduce, t: Term, bound: dict) -> ir.Expr | None:
+        """An intermediate holding the largest active exponent of ``total``'s terms over
+        its indices (0 where none is active); None where it cannot be one."""
+        if _shifted_by_max(t.a, self.defs):
+            return None
+        keep_bound = []
+        for n in sorted(free_names(total, self.op.dims) - set(self.st.indices)):
+            r = bound.get(n)
+            if r is None or r.lo is None or not _is_num(r.lo, 0) or \
+                    free_names(r.hi, self.op.dims):
+                return None  # an index bound elsewhere, or over a range we cannot shape
+            keep_bound.append(r)
+        free = free_names(total, self.op.dims)
+        keep = [n for n in self.st.indices if n in free] + [r.name for r in keep_bound]
+        shape = [self.shape[n] for n in self.st.indices if n in free] + \
+            [r.hi for r in keep_bound]
+        body = t.a if t.cond is None else ir.Call("where", (t.cond, t.a, NEG_INF))
+        access = self._intermediate(keep, shape, ir.Reduce("max", total.indices, body))
+        if t.cond is None:
+            return access
+        # no active term: shift by 0 (the sum is 0 either way, and exp(a + inf) * 0 is NaN)
+        return self._intermediate(keep, shape, ir.Call(
+            "where", (ir.Binary(">", access, NEG_INF), access, ir.Num(0.0))))
+
+    def _intermediate(self, keep, shape, value) -> ir.Access:
+        name = f"kd_max{len(self.extra)}_{self.st.target}"
+        self.tensors.append(ir.Tensor(name, "tmp", ("f32",), None, tuple(shape)))
+        self.extra.append(ir.Statement(name, tuple(keep), value))
+        return ir.Access(name, tuple(ir.Name(n) for n in keep))
+
+    def _sum_of_terms(self, e: ir.Expr, bound: dict):
+        """(the shift, ``e`` shifted by it) where ``e`` is a sum of exponentials; None."""
+        e = self._resolved(e)
+        if isinstance(e, ir.Reduce) and e.op in ("sum", "mean"):
+            t = self.term(e.body)
+            if t is None:
+                return None
+            inner = dict(bound)
+            m = self._sum_shift(e, t, inner)
+            if m is None:
+                return None
+            for r in e.indices:
+                inner[r.name] = r
+            body = self._visit_shift(t, m, inner)
+            return m, dataclasses.replace(e, body=body)
+        terms = self.chain(e)
+        if terms is None:
+            return None
+        exps = [t.a if t.cond is None else ir.Call("where", (t.cond, t.a, NEG_INF))
+                for _, _, t in terms if t is not None]
+        if any(_shifted_by_max(t.a, self.defs) for _, _, t in terms if t is not None):
+            return None
+        if any(t is None for _, _, t in terms):
+            exps.append(ir.Num(0.0))
+        m = exps[0]
+        for x in exps[1:]:
+            m = ir.Call("max", (m, x))
+        if any(t is not None and t.cond is not None for _, _, t in terms):
+            m = ir.Call("where", (ir.Binary(">", m, NEG_INF), m, ir.Num(0.0)))
+        m = self.visit(m, bound)
+        return m, self._shift_chain(terms, m, bound)
+
+    def _visit_shift(self, t: Term, m: ir.Expr, bound: dict) -> ir.Expr:
+        return self.visit(t.shifted(m), bound)
+
+    def _shift_chain(self, terms, m, bound) -> ir.Expr:
+        out = None
+        for sign, leaf, t in terms:
+            x = self.visit(t.shifted(m), bound) if t is not None else \
+                ir.Binary("*", self.visit(leaf, bound),
+                          ir.Call("exp", (ir.Unary("neg", m),)))
+            out = x if out is None else ir.Binary(sign, out, x)
+            if out is x and sign == "-":
+                out = ir.Unary("neg", x)
+        return out
+
+    def _shift_numerator(self, e: ir.Expr, m: ir.Expr, bound: dict) -> ir.Expr | None:
+        """``e * exp(-m)`` written without overflow, ``e`` a term or a sum of terms; None
+        otherwise."""
+        r = self._resolved(e)
+        t = self.term(r)
+        if t is not None:
+            return self._visit_shift(t, m, bound)
+        if isinstance(r, ir.Reduce) and r.op in ("sum", "mean"):
+            t = self.term(r.body)
+            if t is None:
+                return None
+            inner = dict(bound)
+            for x in r.indices:
+                inner[x.name] = x
+            return dataclasses.replace(r, body=self._visit_shift(t, m, inner))
+        terms = self.chain(r)
+        return None if terms is None else self._shift_chain(terms, m, bound)
 
     # -- the rewrite -------------------------------------------------------------------
 
-    def visit(self, e: ir.Expr) -> ir.Expr:
+    def visit(self, e: ir.Expr, bound: dict) -> ir.Expr:
+        """``e`` rewritten; ``bound`` maps the indices enclosing reductions bind to their
+        ranges."""
         if isinstance(e, ir.Call) and e.fn in ("log", "log1p") and len(e.args) == 1:
-            found = self._log(e)
+            found = self._log(e, bound)
             if found is not None:
                 self.changed = True
                 return found
-        if isinstance(e, ir.Binary) and e.op == "/":
-            found = self._ratio(e)
+        if isinstance(e, ir.Binary) and e.op in ("/", "*"):
+            found = self._ratio(e, bound)
             if found is not None:
                 self.changed = True
                 return found
-        return rebuild(e, self.visit)
+        if isinstance(e, ir.Reduce):
+            inner = dict(bound)
+            for r in e.indices:
+                inner[r.name] = r
+            return dataclasses.replace(e, body=self.visit(e.body, inner))
+        if isinstance(e, (ir.Scan, ir.Collective)):
+            return e
+        return rebuild(e, lambda x: self.visit(x, bound))
 
-    def _log(self, e: ir.Call) -> ir.Expr | None:
+    def _ratio(self, e: ir.Binary, bound: dict) -> ir.Expr | None:
+        if e.op == "/":
+            num, den = e.left, e.right
+        else:  # N * (1 / D), the reciprocal often an intermediate of its own
+            for num, other in ((e.left, e.right), (e.right, e.left)):
+                den = self._reciprocal(self._resolved(other))
+                if den is not None:
+                    break
+            else:
+                return None
+        if not self._carries_exp(num):
+            return None  # c / D overflows to c / inf = 0, the limit: no shift needed
+        found = self._sum_of_terms(den, bound)
+        if found is None:
+            return None
+        m, den_shifted = found
+        num_shifted = self._shift_numerator(num, m, bound)
+        if num_shifted is None:
+            return None
+        return ir.Binary("/", num_shifted, den_shifted)
+
+    def _log(self, e: ir.Call, bound: dict) -> ir.Expr | None:
         x = e.args[0]
         if e.fn == "log1p":
-            a = self._exp_arg(x)
-            return None if a is None else _softplus(self.visit(a))
-        if isinstance(x, ir.Binary) and x.op == "+":
-            for one, other in ((x.left, x.right), (x.right, x.left)):
-                a = self._exp_arg(other)
-                if isinstance(one, ir.Num) and one.value == 1 and a is not None:
-                    return _softplus(self.visit(a))
-        a = self._exp_arg(x)
-        if a is not None:
-            return self.visit(a)
-        if isinstance(x, ir.Binary) and x.op == "/" and self._positive(x.left) and \
-                self._positive(x.right):
-            return ir.Binary("-", self._log_of(x.left), self._log_of(x.right))
-        found = self._sum_of_exp(x)
+            t = self.term(x)
+            if t is None or t.cond is not None or not _is_exp_call(self._resolved(x)):
+                return None
+            return _softplus(self.visit(t.a, bound))
+        r = self._resolved(x)
+        if isinstance(r, ir.Binary) and r.op == "+":
+            for one, other in ((r.left, r.right), (r.right, r.left)):
+                o = self._resolved(other)
+                if _is_num(one, 1) and _is_exp_call(o):
+                    return _softplus(self.visit(o.args[0], bound))
+        if isinstance(r, ir.Binary) and r.op == "*":  # N * (1 / D) is N / D
+            for num, other in ((r.left, r.right), (r.right, r.left)):
+                den = self._reciprocal(self._resolved(other))
+                if den is not None:
+                    r = ir.Binary("/", num, den)
+                    break
+        if isinstance(r, ir.Binary) and r.op == "/":
+            if self._positive(r.left) and self._positive(r.right):
+                return ir.Binary("-", self.visit(ir.Call("log", (r.left,)), bound),
+                                 self.visit(ir.Call("log", (r.right,)), bound))
+            return None
+        if _is_exp_call(r):
+            return self.visit(r.args[0], bound)
+        if isinstance(r, ir.Binary) and r.op == "*":  # log(exp(a) * y) = a + log(y)
+            for x, y in ((r.left, r.right), (r.right, r.left)):
+                x = self._resolved(x)
+                if _is_exp_call(x) and not self._carries_exp(y):
+                    return ir.Binary("+", self.visit(x.args[0], bound),
+                                     ir.Call("log", (self.visit(y, bound),)))
+        if self.term(r) is not None:
+            return None
+        found = self._sum_of_terms(r, bound)
         if found is not None:
-            total, b = found
-            m = self._maximum(total, b)
-            shifted = dataclasses.replace(total, body=_exp(ir.Binary("-", self.visit(b), m)))
+            m, shifted = found
             return ir.Binary("+", m, ir.Call("log", (shifted,)))
         return None
 
-    def _log_of(self, e: ir.Expr) -> ir.Expr:
-        return self.visit(ir.Call("log", (e,)))
-
     def _positive(self, e: ir.Expr) -> bool:
-        return self._exp_arg(e) is not None or self._sum_of_exp(e) is not None
-
-    def _ratio(self, e: ir.Binary) -> ir.Expr | None:
-        a = self._exp_arg(e.left)
-        found = self._sum_of_exp(e.right)
-        if a is None or found is None:
-            return None
-        total, b = found
-        m = self._maximum(total, b)
-        shifted = dataclasses.replace(total, body=_exp(ir.Binary("-", self.visit(b), m)))
-        return ir.Binary("/", _exp(ir.Binary("-", self.visit(a), m)), shifted)
-
-    def _maximum(self, total: ir.Reduce, b: ir.Expr) -> ir.Access:
-        """An intermediate holding ``max(J) b`` over the statement's indices it reads."""
-        keep = [n for n in self.st.indices if n in free_names(total, self.op.dims)]
-        name = f"kd_max{len(self.extra)}_{self.st.target}"
-        self.tensors.append(ir.Tensor(name, "tmp", ("f32",), None,
-                                      tuple(self.shape[n] for n in keep)))
-        self.extra.append(ir.Statement(name, tuple(keep),
-                                       ir.Reduce("max", total.indices, self.visit(b))))
-        return ir.Access(name, tuple(ir.Name(n) for n in keep))
+        """A term or a sum of exponentials (positive where the math is defined)."""
+        r = self._resolved(e)
+        if self.term(r) is not None:
+            return True
+        if isinstance(r, ir.Reduce) and r.op in ("sum", "mean"):
+            return self.term(r.body) is not None
+        return self.chain(r) is not None
 
 
-def _exp(e: ir.Expr) -> ir.Call:
-    return ir.Call("exp", (e,))
-
-
-def _is_exp(e: ir.Expr) -> bool:
+def _is_exp_call(e: ir.Expr) -> bool:
     return isinstance(e, ir.Call) and e.fn == "exp" and len(e.args) == 1
 
 
-def _is_sum_of_exp(e: ir.Expr, defs) -> bool:
-    if not (isinstance(e, ir.Reduce) and e.op == "sum"):
-        return False
-    body = e.body
-    if isinstance(body, ir.Access) and body.tensor in defs:
-        body = defs[body.tensor].value
-    return _is_exp(body)
+def _and(a: ir.Expr | None, b: ir.Expr | None) -> ir.Expr | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return ir.Binary("and", a, b)
 
 
 def _softplus(a: ir.Expr) -> ir.Expr:
     """log(1 + exp(a)) as ``max(a, 0) + log(1 + exp(-|a|))``: finite for every finite a.
     (``log`` rather than ``log1p``: as precise as the form written where a is very negative,
     and vectorized where ``log1p`` is not: the C softplus ran at half the speed with it.)"""
-    tail = _exp(ir.Unary("neg", ir.Call("abs", (a,))))
+    tail = ir.Call("exp", (ir.Unary("neg", ir.Call("abs", (a,))),))
     return ir.Binary("+", ir.Call("max", (a, ir.Num(0.0))),
                      ir.Call("log", (ir.Binary("+", ir.Num(1.0), tail),)))
 
 
-def _shifted_by_max(b: ir.Expr, op: ir.Op, defs) -> bool:
-    """``b`` is ``x - m`` with ``m`` a maximum (read from an intermediate or inline)."""
-    if not (isinstance(b, ir.Binary) and b.op == "-"):
+def _shifted_by_max(a: ir.Expr, defs) -> bool:
+    """``a`` is ``x - m`` with ``m`` a maximum (read from an intermediate or inline)."""
+    if not (isinstance(a, ir.Binary) and a.op == "-"):
         return False
-    m = b.right
+    m = a.right
     if isinstance(m, ir.Access) and m.tensor in defs:
         m = defs[m.tensor].value
     return isinstance(m, ir.Reduce) and m.op == "max"
