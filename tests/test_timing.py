@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fake_backend import QUICK, load, softmax_op
+from fake_backend import QUICK, SPECS, load, softmax_op
+from kdsl import spec
 from kdsl.search.eval import floor, timers, timing
 
 CONFIG = dataclasses.replace(QUICK, time=True, warmup=2, reps=5, slow_cutoff=10.0)
@@ -847,3 +848,37 @@ def test_an_oracle_the_device_has_no_room_for_stays_on_the_host_and_still_judges
     assert timing.close_on_device(op, "f32", good, ref)[0] is True
     assert timing.close_on_device(op, "f32", bad, ref)[0] is False
     assert baseline_precision._max_error(bad["y"], ref["y"]) == 1.0
+
+
+def test_inputs_with_bounded_domains_are_rotated_between_calls():
+    """An op whose every input has a domain was timed on the same inputs at every call (a
+    factor could leave the domain), and an answer kept by their contents was right at every
+    checked call; such an input is rotated instead: every call sees other inputs, each
+    value still in the domain."""
+    text = (SPECS / "softmax.kspec").read_text().replace(
+        "in  x: f32 | bf16 | f16 [M, N]", "in  x: f32 | bf16 | f16 [M, N] in -3 .. 3")
+    text = text.replace("bench cpu: M=4096, N=4096", "bench cpu: M=64, N=128")
+    op = spec.parse_text(text, "t.kspec").ops[0]
+    kept, served, seen = {}, [], []
+
+    def keeping(inputs, outputs, sizes):  # keyed by the inputs' whole contents
+        x = inputs["x"]
+        seen.append(x.clone())
+        key = x.numpy().tobytes()
+        served.append(key in kept)
+        if key not in kept:
+            softmax_kernel(inputs, outputs, sizes)
+            kept[key] = outputs["y"].clone()
+        outputs["y"].copy_(kept[key])
+
+    t = timing.measure(op, keeping, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5),
+                       bandwidth=1e9, baselines={})
+    assert t.message is None
+    assert len(served) >= 8 and not any(served[2:])  # (the first two: pristine sets)
+    def values(x):
+        return torch.sort(x.reshape(-1)).values
+
+    timed = seen[1:]  # (after the first, checked run)
+    sets = [values(timed[0]), values(timed[1])]  # each set's own values, moved around
+    assert all(any(torch.equal(values(x), v) for v in sets) for x in timed)
+    assert all(float(x.abs().max()) <= 3 for x in seen)

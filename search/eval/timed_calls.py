@@ -21,9 +21,13 @@ inputs as they were at that call, the float64 oracle of them, and compares; and 
 inputs as they are after the last call must be exactly the pristine ones times the last
 call's factors.
 
-Inputs with a declared domain (indices, offsets, probabilities) keep their values: a
-factor could leave the domain. Ops whose inputs all have domains keep the alternation
-and the checked calls, without variation.
+An input whose declared domain bounds each element (a value range, ``positive``: indices,
+probabilities, bounded floats) is not scaled, which could leave the domain: its pristine
+values are rotated instead, by a whole number of elements drawn per call (1 .. n - 1),
+so every value stays in the domain and moves. (Without it, an op whose inputs all had
+domains kept the same inputs at every timed call, and an answer kept by their contents
+was right at every checked call.) Offsets, whose elements are bound to each other, keep
+their values.
 """
 from __future__ import annotations
 
@@ -42,7 +46,8 @@ SPREAD = 1 << 12   # offsets of the window into its sequence
 @dataclass
 class CallPlan:
     """What one timing request does besides calling: varied inputs, outputs kept."""
-    names: list = field(default_factory=list)      # the varied inputs
+    names: list = field(default_factory=list)      # the varied inputs (scaled)
+    rolled: list = field(default_factory=list)     # the inputs rotated (bounded domains)
     seed: int = 0                                  # of the factor sequences
     offsets: list = field(default_factory=list)    # per call: the window's offset
     snap_at: dict = field(default_factory=dict)    # set index -> call index kept
@@ -51,6 +56,17 @@ class CallPlan:
     pristine: list = field(default_factory=list)   # per input set: its inputs as uploaded
     buffers: int = 1                               # input/output buffers the calls cycle
     bases: int = 1                                 # input sets (a buffer's is k % bases)
+
+    @property
+    def changed(self) -> list:
+        """Every input changed between calls, scaled or rotated."""
+        return self.names + self.rolled
+
+    def shift(self, name: str, call: int, n: int) -> int:
+        """How far rotated input ``name`` (``n`` elements) is rotated at ``call``: 1 .. n-1,
+        from the plan's seed and the call's offset (distinct calls, distinct offsets)."""
+        k = self.rolled.index(name)
+        return 1 + (self.seed // 7 + self.offsets[call] * 1_000_003 + 7919 * k) % (n - 1)
 
     def buffer(self, call: int) -> int:
         return call % self.buffers
@@ -65,6 +81,21 @@ def varied_inputs(op: ir.Op, sizes: dict[str, int], dtype: str) -> list[str]:
     for t in op.inputs:
         if t.domain is not None or dtypes.kind(op.dtype_of(t.name, dtype)) not in ("float",
                                                                                      "int"):
+            continue
+        n = 1
+        for d in shape_of(op, t.name, sizes):
+            n *= d
+        if n >= 2:
+            names.append(t.name)
+    return names
+
+
+def rolled_inputs(op: ir.Op, sizes: dict[str, int]) -> list[str]:
+    """The inputs whose domain bounds each element (a value range, ``positive``), of two
+    elements or more: rotated between calls, which keeps every value in the domain."""
+    names = []
+    for t in op.inputs:
+        if not isinstance(t.domain, (ir.ValueRange, ir.Positive)):
             continue
         n = 1
         for d in shape_of(op, t.name, sizes):
@@ -92,7 +123,8 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
     # requests of ten calls)
     offsets = rng.sample(range(SPREAD), calls) if calls <= SPREAD else \
         [rng.randrange(SPREAD) for _ in range(calls)]
-    p = CallPlan(varied_inputs(op, sizes, dtype), rng.getrandbits(62), offsets,
+    p = CallPlan(varied_inputs(op, sizes, dtype), rolled_inputs(op, sizes),
+                 rng.getrandbits(62), offsets,
                  pristine=list(pristine or []),
                  buffers=len(outs), bases=len(pristine) if pristine else len(outs))
     # each set's outputs at one of its timed calls (a set never checked could be computed
@@ -149,6 +181,22 @@ def vary(out, pristine, sequence, offset: int) -> None:
         torch.mul(src[whole:], window[:n - whole], out=dst[whole:])
 
 
+def roll(out, pristine, shift: int) -> None:
+    """``out`` = ``pristine`` rotated by ``shift`` elements (flattened)."""
+    src, dst = pristine.reshape(-1), out.view(-1)
+    n = src.numel()
+    dst[:n - shift].copy_(src[shift:])
+    dst[n - shift:].copy_(src[:shift])
+
+
+def change(p: CallPlan, name: str, out, pristine, call: int) -> None:
+    """Input ``name`` as the plan has it at ``call``: scaled or rotated."""
+    if name in p.rolled:
+        roll(out, pristine, p.shift(name, call, pristine.numel()))
+    else:
+        vary(out, pristine, sequence(p, name, pristine), p.offsets[call])
+
+
 def sequence(p: CallPlan, name: str, like) -> object:
     """The factors of varied input ``name``, made once a plan."""
     if name not in p.sequences:
@@ -159,15 +207,15 @@ def sequence(p: CallPlan, name: str, like) -> object:
 def expected_inputs(p: CallPlan, pristine: dict, call: int) -> dict:
     """A set's inputs as they were at ``call``, made again from its pristine ones."""
     expected = dict(pristine)
-    for name in p.names:
+    for name in p.changed:
         expected[name] = out = pristine[name].new_empty(pristine[name].shape)
-        vary(out, pristine[name], sequence(p, name, pristine[name]), p.offsets[call])
+        change(p, name, out, pristine[name], call)
     return expected
 
 
 def restore(p: CallPlan, ins: dict, pristine: dict) -> None:
     """The varied inputs made pristine again, for the next request."""
-    for name in p.names:
+    for name in p.changed:
         ins[name].copy_(pristine[name])
 
 
@@ -203,16 +251,15 @@ class Calls:
             base = k % self.p.bases
             kept = self.p.pristine[base] if base < len(self.p.pristine) else {}
             self.pristine.append({n: kept[n] if n in kept else ins[n].clone()
-                                  for n in self.p.names})
+                                  for n in self.p.changed})
         self.n = 0
 
     def prepare(self, c: int) -> int:
         k = self.p.buffer(c)
         ins, outs = self.sets[k]
         if c < len(self.p.offsets):
-            for name in self.p.names:
-                like = self.pristine[k][name]
-                vary(ins[name], like, sequence(self.p, name, like), self.p.offsets[c])
+            for name in self.p.changed:
+                change(self.p, name, ins[name], self.pristine[k][name], c)
         for t, dt, variant in self.poisons:
             corr.poison(outs[t], dt, variant)
         return k

@@ -980,11 +980,11 @@ def _verify(op, sets, pairs, p, device, where, hold) -> str | None:
         at = c
         # the host copies of the varied inputs cost a pass each: made where index outputs
         # are judged by them (ties), or to say what failed
-        if p.names and any(_arg_output(op, t.name) for t in op.outputs):
-            at = _varied_case(c, expected, p.names)
+        if p.changed and any(_arg_output(op, t.name) for t in op.outputs):
+            at = _varied_case(c, expected, p.changed)
         message, _ = bench_judge(op, at, expected, p.snaps[k], ref, 1, device, expected)
-        if message and p.names and at is c:
-            message, _ = bench_judge(op, _varied_case(c, expected, p.names), expected,
+        if message and p.changed and at is c:
+            message, _ = bench_judge(op, _varied_case(c, expected, p.changed), expected,
                                      p.snaps[k], ref, 1, device, expected)
         del ref, expected
         if message:
