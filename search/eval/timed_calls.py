@@ -77,32 +77,22 @@ class CallPlan:
 
 def varied_inputs(op: ir.Op, sizes: dict[str, int], dtype: str) -> list[str]:
     """The inputs without a declared domain, float or integer, of two elements or more."""
-    names = []
-    for t in op.inputs:
-        if t.domain is not None or dtypes.kind(op.dtype_of(t.name, dtype)) not in ("float",
-                                                                                     "int"):
-            continue
-        n = 1
-        for d in shape_of(op, t.name, sizes):
-            n *= d
-        if n >= 2:
-            names.append(t.name)
-    return names
+    return [t.name for t in op.inputs if t.domain is None and _several(op, t.name, sizes)
+            and dtypes.kind(op.dtype_of(t.name, dtype)) in ("float", "int")]
 
 
 def rolled_inputs(op: ir.Op, sizes: dict[str, int]) -> list[str]:
     """The inputs whose domain bounds each element (a value range, ``positive``), of two
     elements or more: rotated between calls, which keeps every value in the domain."""
-    names = []
-    for t in op.inputs:
-        if not isinstance(t.domain, (ir.ValueRange, ir.Positive)):
-            continue
-        n = 1
-        for d in shape_of(op, t.name, sizes):
-            n *= d
-        if n >= 2:
-            names.append(t.name)
-    return names
+    return [t.name for t in op.inputs if isinstance(t.domain, (ir.ValueRange, ir.Positive))
+            and _several(op, t.name, sizes)]
+
+
+def _several(op: ir.Op, name: str, sizes: dict[str, int]) -> bool:
+    n = 1
+    for d in shape_of(op, name, sizes):
+        n *= d
+    return n >= 2
 
 
 def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup: int,
