@@ -400,6 +400,20 @@ NOVEL = {
           test  M in 1..8, N in 1..200
           bench M=16, N=128
         """,
+    # a GEMM's columns summed: summed factor by factor (lower.factor)
+    "gemm_column_sum": """
+        op gemm_column_sum
+          dims B, K, O
+          in  x: f32 [B, K]
+          in  w: f32 [O, K]
+          out y: f32 [B, 1]
+          t[b, o] = sum(k) x[b, k] * w[o, k]
+          y[b, z] = sum(o) t[b, o] / 2 * 1.5
+          baseline torch.sum(torch.matmul(x, w.T) / 2, dim=1, keepdim=True) * 1.5
+          tolerance f32(rtol=1e-3, atol=1e-3)
+          test  B in 1..12, K in 1..40, O in 1..40
+          bench B=128, K=512, O=512
+        """,
     "embedding_grad": """
         op embedding_grad
           dims N, V, D

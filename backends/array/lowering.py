@@ -33,6 +33,7 @@ from kdsl.backends.lower.scatter import scatter_form
 from kdsl.backends.lower.select import selections_as_reads
 from kdsl.backends.lower.numerics import stable_exponentials
 from kdsl.backends.lower.common import common_reductions
+from kdsl.backends.lower.factor import factored_sums
 
 IMIN, IMAX = -(1 << 63), (1 << 63) - 1
 _axis_ids = itertools.count()
@@ -148,7 +149,7 @@ class Lowering:
         if reason:
             raise Unsupported(reason)
         self.op = scatter_form(selections_as_reads(
-            common_reductions(aa.inline_intermediates(stable_exponentials(op),
+            common_reductions(aa.inline_intermediates(factored_sums(stable_exponentials(op)),
                                                       genome.get("fusion", "none")))))
         self.dtype, self.genome, self.d = dtype, genome, dialect
         self.counter = itertools.count()

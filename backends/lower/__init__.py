@@ -9,5 +9,7 @@ ones (a histogram, ``h[c] = sum(i) (idx[i] == c)``) as a scatter-add, which the 
 and torch generators render in O(N) instead of the dense O(N x C) (Triton from 64 keys);
 ``numerics`` rewrites exponentials written as the math reads (a softmax, a log-sum-exp,
 a softplus) into forms shifted by their maximum, which do not overflow; ``common``
-computes a reduction written twice in one statement once (the C and array generators).
+computes a reduction written twice in one statement once (the C and array generators);
+``factor`` sums a product factor by factor where a factor leaves out an output index (a
+GEMM's columns summed: the weight's column sums first), where that halves the work.
 """

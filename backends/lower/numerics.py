@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kdsl import ir
-from kdsl.backends.lower.rewrite import free_names, rebuild, subst
+from kdsl.backends.lower.rewrite import free_names, rebuild, subst, without_unread
 
 NEG_INF = ir.Unary("neg", ir.Name("inf"))
 
@@ -65,7 +65,7 @@ def stable_exponentials(op: ir.Op) -> ir.Op:
         statements += rewriter.extra + [dataclasses.replace(st, value=value)]
     if not changed:
         return op
-    return _without_unread(dataclasses.replace(op, tensors=tuple(tensors),
+    return without_unread(dataclasses.replace(op, tensors=tuple(tensors),
                                                statements=tuple(statements)))
 
 
@@ -390,22 +390,3 @@ def _shifted_by_max(a: ir.Expr, defs) -> bool:
     if isinstance(m, ir.Access) and m.tensor in defs:
         m = defs[m.tensor].value
     return isinstance(m, ir.Reduce) and m.op == "max"
-
-
-def _without_unread(op: ir.Op) -> ir.Op:
-    """``op`` without the intermediates nothing reads any more."""
-    statements = list(op.statements)
-    while True:
-        read = {n.tensor for st in statements for n in ir.walk(st.value)
-                if isinstance(n, ir.Access)}
-        read |= {n.args[0].name for st in statements for n in ir.walk(st.value)
-                 if isinstance(n, ir.Call) and n.fn == "segment_of"
-                 and isinstance(n.args[0], ir.Name)}
-        dead = [st for st in statements
-                if op.tensor(st.target).role == "tmp" and st.target not in read]
-        if not dead:
-            break
-        statements = [st for st in statements if st not in dead]
-    kept = {st.target for st in statements}
-    tensors = tuple(t for t in op.tensors if t.role != "tmp" or t.name in kept)
-    return dataclasses.replace(op, tensors=tensors, statements=tuple(statements))

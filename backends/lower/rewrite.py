@@ -240,3 +240,22 @@ class Hoister:
 def is_static(e: ir.Expr, dims: tuple[str, ...]) -> bool:
     """Only numbers and dims: the same for every program."""
     return not free_names(e, dims) and not contains(e, ir.Access)
+
+
+def without_unread(op: ir.Op) -> ir.Op:
+    """``op`` without the intermediates nothing reads any more."""
+    statements = list(op.statements)
+    while True:
+        read = {n.tensor for st in statements for n in ir.walk(st.value)
+                if isinstance(n, ir.Access)}
+        read |= {n.args[0].name for st in statements for n in ir.walk(st.value)
+                 if isinstance(n, ir.Call) and n.fn == "segment_of"
+                 and isinstance(n.args[0], ir.Name)}
+        dead = [st for st in statements
+                if op.tensor(st.target).role == "tmp" and st.target not in read]
+        if not dead:
+            break
+        statements = [st for st in statements if st not in dead]
+    kept = {st.target for st in statements}
+    tensors = tuple(t for t in op.tensors if t.role != "tmp" or t.name in kept)
+    return dataclasses.replace(op, tensors=tensors, statements=tuple(statements))

@@ -32,6 +32,7 @@ from kdsl.backends.lower.scans import ranges_as_scans
 from kdsl.backends.lower.scatter import Scatter, match as match_scatter, scatter_form, scatters
 from kdsl.backends.lower.select import selections_as_reads
 from kdsl.backends.lower.numerics import stable_exponentials
+from kdsl.backends.lower.factor import factored_sums
 from kdsl.backends.lower.stages import Staged, recomputed, split
 from kdsl.backends.triton.plan import SEG, Plan, make_plan
 from kdsl.backends.triton import attention as triton_attention
@@ -343,8 +344,9 @@ MIN_PROGRAMS = 1024
 def _canonical(op: ir.Op) -> ir.Op:
     """The op as the lowering reads it: exponentials in forms that do not overflow
     (``lower.numerics``), prefix and suffix ranged sums as scans, sums that select one
-    term by an equality as that term's read."""
-    return ranges_as_scans(selections_as_reads(stable_exponentials(op)))
+    term by an equality as that term's read, sums of products summed factor by factor
+    (``lower.factor``)."""
+    return factored_sums(ranges_as_scans(selections_as_reads(stable_exponentials(op))))
 
 
 @lru_cache(maxsize=256)
