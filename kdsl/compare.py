@@ -82,8 +82,9 @@ def compare(op: ir.Op, dtype: str, got: dict[str, np.ndarray], ref: dict[str, np
                 r = r.astype(g.dtype)
             bad = _compare_exact(g, r, int_slack(op, t.name))
         else:
-            bad = _compare_close(g.astype(np.float64), r, *_tolerance(op, dtype, t.name),
-                                 overflow=_overflow(op, dtype, t.name))
+            g = g.astype(np.float64)
+            bad = _compare_close(g, r, *_tolerance(op, dtype, t.name),
+                                 rounded=rounds_to_infinity(op, dtype, t.name, g, r))
         if bad is not None:
             return Mismatch(t.name, bad)
     return None
@@ -104,6 +105,18 @@ def _tolerance(op: ir.Op, dtype: str, output: str) -> tuple[float, float]:
 def _overflow(op: ir.Op, dtype: str, output: str) -> float:
     """The magnitude from which the output's dtype holds a value as an infinity."""
     return dtypes.OVERFLOW.get(op.dtype_of(output, dtype), float("inf"))
+
+
+def rounds_to_infinity(op: ir.Op, dtype: str, output: str, g, r) -> np.ndarray:
+    """Where ``g`` is the infinity the float64 reference ``r`` rounds to in the output's
+    dtype (within the tolerance of its overflow threshold or past it, same sign)."""
+    overflow = _overflow(op, dtype, output)
+    if not np.isfinite(overflow):
+        return np.zeros(np.shape(g), dtype=bool)
+    rtol, atol = _tolerance(op, dtype, output)
+    with np.errstate(invalid="ignore", over="ignore"):
+        near = np.abs(r) + atol + rtol * np.abs(r) >= overflow
+    return near & np.isinf(g) & (np.sign(g) == np.sign(r))
 
 
 def _worst(diff: np.ndarray) -> str:
@@ -171,11 +184,11 @@ def _compare_exact(g, r, slack: int = 0) -> str | None:
             f"[{', '.join(map(str, pos))}]: got {g[pos]}, expected {r[pos]}")
 
 
-def _compare_close(g, r, rtol, atol, overflow: float = float("inf")) -> str | None:
-    """Each element within ``atol + rtol * |r|`` of the float64 reference. Where the
-    reference is within that tolerance of ``overflow`` or past it, the output dtype's
-    infinity of the reference's sign passes too: it is the reference rounded to that dtype
-    (``exp(100.0)`` in float32), what torch and any correct kernel store there."""
+def _compare_close(g, r, rtol, atol, rounded=None) -> str | None:
+    """Each element within ``atol + rtol * |r|`` of the float64 reference; the elements
+    ``rounded`` (``rounds_to_infinity``) pass too: there the output dtype's infinity is the
+    reference rounded to that dtype (``exp(100.0)`` in float32), what torch and any correct
+    kernel store."""
     ref_nan, got_nan = np.isnan(r), np.isnan(g)
     if (got_nan & ~ref_nan).any():
         pos = tuple(int(p) for p in np.argwhere(got_nan & ~ref_nan)[0])
@@ -184,10 +197,8 @@ def _compare_close(g, r, rtol, atol, overflow: float = float("inf")) -> str | No
         pos = tuple(int(p) for p in np.argwhere(ref_nan & ~got_nan)[0])
         return f"{g[pos]:.6g} at [{', '.join(map(str, pos))}] where the reference is NaN"
     ok = ref_nan | (g == r)  # equal infinities pass
-    if np.isfinite(overflow):
-        with np.errstate(invalid="ignore", over="ignore"):
-            rounds_away = np.abs(r) + atol + rtol * np.abs(r) >= overflow
-        ok |= rounds_away & np.isinf(g) & (np.sign(g) == np.sign(r))
+    if rounded is not None:
+        ok |= rounded
     with np.errstate(invalid="ignore"):
         diff = np.where(ok, 0.0, np.abs(g - r))
         allowed = atol + rtol * np.abs(np.where(np.isfinite(r), r, 0.0))

@@ -199,3 +199,88 @@ def test_a_ratio_without_exponentials_above_is_left_as_written():
     text = text.replace("F.softplus(x)", "torch.sigmoid(x)")
     op = spec.parse_text("op sigmoid" + text, "t.kspec").ops[0]
     assert stable_exponentials(op) is op
+
+
+# forms an adversarial pass found the rewrite getting wrong (each fixed): signs that make a
+# log of a ratio not the difference of logs, a shift captured by a reduction binding the
+# same index, a scan read at another index, an empty range, an enclosing reduction that
+# shadows an output index, a mask multiplied in past the float range
+TRICKY = """
+op signed_log_ratio
+  dims M
+  in  x: f32 [M]
+  in  z: f32 [M]
+  out y: like x [M]
+  y[i] = log((exp(x[i]) - 1) / (exp(z[i]) - 1))
+  baseline torch.log(torch.expm1(x) / torch.expm1(z))
+  tolerance f32(rtol=1e-4, atol=1e-5)
+  test  M in 1..64
+  bench M=8
+
+op captured_shift
+  dims M, N
+  in  x: f32 [M, N]
+  out y: like x [M, N]
+  y[i, j] = (sum(j) exp(x[i, j])) / (exp(x[i, j]) + 1)
+  baseline torch.exp(x).sum(-1, keepdim=True) / (torch.exp(x) + 1)
+  tolerance f32(rtol=1e-4, atol=1e-5)
+  test  M in 1..8, N in 1..50
+  bench M=8, N=8
+
+op scan_read_elsewhere
+  dims M, N
+  in  x: f32 [M, N] positive
+  out y: f32 [M]
+  r[i, j] = 1 / cumsum(j) x[i, j]
+  y[i] = 2 * r[i, N - 1]
+  baseline 2 / x.sum(-1)
+  tolerance f32(rtol=1e-4, atol=1e-5)
+  test  M in 1..8, N in 1..50
+  bench M=8, N=8
+
+op empty_range
+  dims M, N
+  in  x: f32 [M, N]
+  in  z: f32 [M]
+  out y: f32 [M]
+  y[i] = (exp(z[i]) - 1) / sum(j in 1 .. N) exp(x[i, j])
+  baseline torch.expm1(z) / torch.exp(x[:, 1:]).sum(-1)
+  tolerance f32(rtol=1e-4, atol=1e-5)
+  test  M in 1..8, N in 1..5
+  bench M=8, N=8
+
+op shadowed_index
+  dims M, N, K
+  in  x: f32 [M, N]
+  in  z: f32 [M, N]
+  in  w: f32 [M, K]
+  out y: f32 [M, K]
+  y[i, j] = w[i, j] + sum(j) exp(x[i, j]) / sum(k) exp(x[i, k] + z[i, j])
+  baseline w + (torch.softmax(x, -1) * torch.exp(-z)).sum(-1, keepdim=True)
+  tolerance f32(rtol=1e-4, atol=1e-5)
+  test  M in 1..4, N in 1..30, K in 1..30
+  bench M=8, N=8, K=8
+
+op multiplied_mask
+  dims M, N
+  in  x: f32 [M, N] in -200 .. 200
+  in  mk: i32 [M, N] in 0 .. 2
+  out y: like x [M, N]
+  y[i, j] = exp(x[i, j]) * f32(mk[i, j]) / sum(k) exp(x[i, k]) * f32(mk[i, k])
+  baseline torch.softmax(x.masked_fill(mk == 0, -float('inf')), dim=-1).nan_to_num(nan=0.0) * (mk != 0).any(-1, keepdim=True).float() + torch.where((mk != 0).any(-1, keepdim=True), 0.0, float('nan'))
+  tolerance f32(rtol=1e-4, atol=1e-5)
+  test  M in 1..8, N in 1..50
+  bench M=8, N=8
+"""
+TRICKY_OPS = {o.name: o for o in spec.parse_text(TRICKY, "tricky.kspec").ops}
+
+
+@pytest.mark.parametrize("name", sorted(TRICKY_OPS))
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_forms_the_rewrite_once_got_wrong(name, backend):
+    op = TRICKY_OPS[name]
+    be = get(backend)
+    built = be.build(op, be.render(op, be.space(op, "cpu").default(), "cpu"), "cpu")
+    outcome = correctness.check(op, built.fn, EvalConfig(seeds=(1,), cases_per_dtype=3,
+                                                         time=False))
+    assert outcome.message is None, f"{backend}: {outcome.message}"

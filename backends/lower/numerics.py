@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kdsl import ir
+from kdsl.backends.base import Unsupported
 from kdsl.backends.lower.rewrite import free_names, rebuild, subst, without_unread
 
 NEG_INF = ir.Unary("neg", ir.Name("inf"))
@@ -47,10 +48,12 @@ NEG_INF = ir.Unary("neg", ir.Name("inf"))
 @dataclass(frozen=True)
 class Term:
     """``exp(a)`` times factors free of exponentials, active where ``cond`` holds (None:
-    everywhere); ``shifted(m)`` is the term with ``exp(a)`` as ``exp(a - m)``."""
+    everywhere); ``shifted(m)`` is the term with ``exp(a)`` as ``exp(a - m)``; ``positive``:
+    never negative (its factors are known not to be)."""
     a: ir.Expr
     cond: ir.Expr | None
     shifted: Callable[[ir.Expr], ir.Expr]
+    positive: bool = True
 
 
 def stable_exponentials(op: ir.Op) -> ir.Op:
@@ -67,6 +70,12 @@ def stable_exponentials(op: ir.Op) -> ir.Op:
         return op
     return without_unread(dataclasses.replace(op, tensors=tuple(tensors),
                                                statements=tuple(statements)))
+
+
+def _alpha(e: ir.Expr, mapping: dict | None = None) -> ir.Expr:
+    """``e`` with ``mapping`` put in and every bound index renamed fresh, so that a shift
+    put inside it can never be captured by one of its reductions."""
+    return subst(e, dict(mapping or {}) or {"__kd_none": ir.Name("__kd_none")})
 
 
 def _has_exp(e: ir.Expr) -> bool:
@@ -91,8 +100,13 @@ class _Rewriter:
         exponential (its indices put in place)."""
         if isinstance(e, ir.Access) and e.tensor in self.defs and e.pad is None:
             d = self.defs[e.tensor]
+            if any(isinstance(n, (ir.Scan, ir.Collective)) for n in ir.walk(d.value)):
+                return e  # (read at another index, a scan is not a value to put in place)
             if self._carries_exp(d.value) or self._reciprocal(d.value) is not None:
-                return subst(d.value, dict(zip(d.indices, e.subscripts)))
+                try:
+                    return _alpha(d.value, dict(zip(d.indices, e.subscripts)))
+                except Unsupported:
+                    return e
         return e
 
     def _carries_exp(self, e: ir.Expr, seen: frozenset = frozenset()) -> bool:
@@ -121,7 +135,7 @@ class _Rewriter:
             return Term(a, None, lambda m: ir.Call("exp", (ir.Binary("-", a, m),)))
         if isinstance(e, ir.Unary) and e.op == "neg":
             t = self.term(e.operand)
-            return t and Term(t.a, t.cond, lambda m: ir.Unary("neg", t.shifted(m)))
+            return t and Term(t.a, t.cond, lambda m: ir.Unary("neg", t.shifted(m)), False)
         if isinstance(e, ir.Binary) and e.op in ("*", "/"):
             for k, (x, y) in enumerate(((e.left, e.right), (e.right, e.left))):
                 if k == 1 and e.op == "/":
@@ -131,10 +145,18 @@ class _Rewriter:
                 t = self.term(x)
                 if t is None:
                     continue
-                cond = _and(t.cond, ir.Binary("!=", y, ir.Num(0))) if e.op == "*" else t.cond
-                if k == 0:
-                    return Term(t.a, cond, lambda m: ir.Binary(e.op, t.shifted(m), y))
-                return Term(t.a, cond, lambda m: ir.Binary(e.op, y, t.shifted(m)))
+                positive = t.positive and self._nonnegative(y)
+                if e.op == "/":
+                    return Term(t.a, t.cond, lambda m: ir.Binary("/", t.shifted(m), y), positive)
+                # a factor that is 0 masks the term: its maximum is over the others, and a
+                # masked exp(a - m) past the float range must not make inf * 0 = NaN
+                nonzero = ir.Binary("!=", y, ir.Num(0))
+
+                def masked(m, t=t, y=y, k=k, nonzero=nonzero):
+                    product = ir.Binary("*", t.shifted(m), y) if k == 0 else \
+                        ir.Binary("*", y, t.shifted(m))
+                    return ir.Call("where", (nonzero, product, ir.Num(0.0)))
+                return Term(t.a, _and(t.cond, nonzero), masked, positive)
             return None
         if isinstance(e, ir.Call) and e.fn == "where" and len(e.args) == 3:
             c, x, y = e.args
@@ -146,7 +168,7 @@ class _Rewriter:
                             args = (c, t.shifted(m), other) if value is x else \
                                 (c, other, t.shifted(m))
                             return ir.Call("where", args)
-                        return Term(t.a, _and(active, t.cond), shifted)
+                        return Term(t.a, _and(active, t.cond), shifted, t.positive)
         return None
 
     def chain(self, e: ir.Expr) -> list[tuple[str, ir.Expr, Term | None]] | None:
@@ -179,24 +201,39 @@ class _Rewriter:
         its indices (0 where none is active); None where it cannot be one."""
         if _shifted_by_max(t.a, self.defs):
             return None
-        keep_bound = []
-        for n in sorted(free_names(total, self.op.dims) - set(self.st.indices)):
-            r = bound.get(n)
-            if r is None or r.lo is None or not _is_num(r.lo, 0) or \
-                    free_names(r.hi, self.op.dims):
-                return None  # an index bound elsewhere, or over a range we cannot shape
-            keep_bound.append(r)
         free = free_names(total, self.op.dims)
-        keep = [n for n in self.st.indices if n in free] + [r.name for r in keep_bound]
-        shape = [self.shape[n] for n in self.st.indices if n in free] + \
-            [r.hi for r in keep_bound]
+        keep, shape = [], []
+        for n in [n for n in self.st.indices if n in free and n not in bound] + \
+                sorted(n for n in free if n in bound):
+            if n in bound:  # (an enclosing reduction's index, even where it shadows one
+                r = bound[n]  # of the statement's)
+                if r.lo is None or not _is_num(r.lo, 0) or free_names(r.hi, self.op.dims):
+                    return None  # over a range an intermediate cannot be shaped by
+                keep.append(n)
+                shape.append(r.hi)
+            elif n in self.st.indices:
+                keep.append(n)
+                shape.append(self.shape[n])
+            else:
+                return None
         body = t.a if t.cond is None else ir.Call("where", (t.cond, t.a, NEG_INF))
         access = self._intermediate(keep, shape, ir.Reduce("max", total.indices, body))
-        if t.cond is None:
+        if t.cond is None and all(self._never_empty(r) for r in total.indices):
             return access
-        # no active term: shift by 0 (the sum is 0 either way, and exp(a + inf) * 0 is NaN)
+        # no active term (masked, or an empty range): shift by 0; the sum is 0 either way,
+        # and exp(a + inf) would make inf - inf or inf * 0 of it
         return self._intermediate(keep, shape, ir.Call(
             "where", (ir.Binary(">", access, NEG_INF), access, ir.Num(0.0))))
+
+    def _never_empty(self, r: ir.IndexRange) -> bool:
+        """``r`` is 0 .. D with D a dim whose test range starts at 1 or above."""
+        from kdsl.sizes import ranges
+        if r.lo is None or not _is_num(r.lo, 0) or not isinstance(r.hi, ir.Name):
+            return False
+        if self.op.test is None:
+            return False
+        lo = ranges(self.op).get(r.hi.name, (0, 0))[0]
+        return lo >= 1
 
     def _intermediate(self, keep, shape, value) -> ir.Access:
         name = f"kd_max{len(self.extra)}_{self.st.target}"
@@ -208,6 +245,7 @@ class _Rewriter:
         """(the shift, ``e`` shifted by it) where ``e`` is a sum of exponentials; None."""
         e = self._resolved(e)
         if isinstance(e, ir.Reduce) and e.op in ("sum", "mean"):
+            e = _alpha(e)
             t = self.term(e.body)
             if t is None:
                 return None
@@ -258,6 +296,7 @@ class _Rewriter:
         if t is not None:
             return self._visit_shift(t, m, bound)
         if isinstance(r, ir.Reduce) and r.op in ("sum", "mean"):
+            r = _alpha(r)  # (the shift reads indices its reductions may bind)
             t = self.term(r.body)
             if t is None:
                 return None
@@ -354,13 +393,37 @@ class _Rewriter:
         return None
 
     def _positive(self, e: ir.Expr) -> bool:
-        """A term or a sum of exponentials (positive where the math is defined)."""
+        """A term or a sum of exponentials known never to be negative (so that the log of
+        a ratio of two is the difference of their logs)."""
         r = self._resolved(e)
-        if self.term(r) is not None:
-            return True
+        t = self.term(r)
+        if t is not None:
+            return t.positive
         if isinstance(r, ir.Reduce) and r.op in ("sum", "mean"):
-            return self.term(r.body) is not None
-        return self.chain(r) is not None
+            t = self.term(r.body)
+            return t is not None and t.positive
+        terms = self.chain(r)
+        return terms is not None and all(
+            sign == "+" and (t.positive if t is not None else self._nonnegative(leaf))
+            for sign, leaf, t in terms)
+
+    def _nonnegative(self, e: ir.Expr) -> bool:
+        """Known never to be negative: a number, an input whose domain starts at 0 or
+        above, an absolute value, a cast or product of such."""
+        if isinstance(e, ir.Num):
+            return e.value >= 0
+        if isinstance(e, ir.Access):
+            t = self.op.tensor(e.tensor)
+            if isinstance(t.domain, ir.Positive):
+                return True
+            if isinstance(t.domain, ir.ValueRange) and isinstance(t.domain.lo, ir.Num):
+                return t.domain.lo.value >= 0
+            return False
+        if isinstance(e, ir.Call) and (e.fn == "abs" or e.fn in ("f32", "f64", "f16", "bf16")):
+            return e.fn == "abs" or self._nonnegative(e.args[0])
+        if isinstance(e, ir.Binary) and e.op in ("*", "/"):
+            return self._nonnegative(e.left) and self._nonnegative(e.right)
+        return False
 
 
 def _is_exp_call(e: ir.Expr) -> bool:
