@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from default_kernels import assert_default_kernel_correct
 from kdsl import ir, spec
-from kdsl.backends import get
 from kdsl.backends.lower.common import common_reductions
-from kdsl.search.eval import correctness
-from kdsl.search.jobs import EvalConfig
 
 GELU_LINEAR = """
 op gelu_linear
@@ -43,8 +41,4 @@ def test_the_two_copies_become_one_intermediate_and_a_single_one_stays():
 @pytest.mark.parametrize("backend", ["c", "numpy"])
 def test_kernels_of_the_shared_contraction_are_correct(backend):
     op = _op()
-    be = get(backend)
-    built = be.build(op, be.render(op, be.space(op, "cpu").default(), "cpu"), "cpu")
-    outcome = correctness.check(op, built.fn, EvalConfig(seeds=(1,), cases_per_dtype=3,
-                                                         time=False))
-    assert outcome.message is None, outcome.message
+    assert_default_kernel_correct(op, backend)

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from default_kernels import assert_default_kernel_correct
 from kdsl import ir, spec
-from kdsl.backends import get
 from kdsl.backends.lower.factor import factored_sums
-from kdsl.search.eval import correctness
-from kdsl.search.jobs import EvalConfig
 
 from fake_backend import SPECS
 
@@ -64,8 +62,4 @@ def test_more_work_factored_stays_as_written():
 def test_factored_kernels_are_correct(name, backend):
     op = OP[name]
     assert factored_sums(op) is not op
-    be = get(backend)
-    built = be.build(op, be.render(op, be.space(op, "cpu").default(), "cpu"), "cpu")
-    outcome = correctness.check(op, built.fn, EvalConfig(seeds=(1,), cases_per_dtype=3,
-                                                         time=False))
-    assert outcome.message is None, outcome.message
+    assert_default_kernel_correct(op, backend)

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from default_kernels import assert_default_kernel_correct
 from kdsl import ir, spec
 from kdsl.agreement import check_agreement
-from kdsl.backends import get
 from kdsl.backends.lower.numerics import stable_exponentials
-from kdsl.search.eval import correctness
-from kdsl.search.jobs import EvalConfig
 
 from fake_backend import SPECS
 
@@ -159,11 +157,7 @@ OPS = {o.name: o for o in spec.parse_text(NAIVE, "naive.kspec").ops}
 def test_naive_exponentials_pass_where_exp_overflows(name, backend):
     op = OPS[name]
     assert check_agreement(op, per_dtype=2).ok  # torch's own forms are stable
-    be = get(backend)
-    built = be.build(op, be.render(op, be.space(op, "cpu").default(), "cpu"), "cpu")
-    outcome = correctness.check(op, built.fn, EvalConfig(seeds=(1,), cases_per_dtype=3,
-                                                         time=False))
-    assert outcome.message is None, f"{backend}: {outcome.message}"
+    assert_default_kernel_correct(op, backend)
 
 
 def _reads_max(op: ir.Op) -> bool:
@@ -279,8 +273,4 @@ TRICKY_OPS = {o.name: o for o in spec.parse_text(TRICKY, "tricky.kspec").ops}
 @pytest.mark.parametrize("backend", ["c", "numpy"])
 def test_forms_the_rewrite_once_got_wrong(name, backend):
     op = TRICKY_OPS[name]
-    be = get(backend)
-    built = be.build(op, be.render(op, be.space(op, "cpu").default(), "cpu"), "cpu")
-    outcome = correctness.check(op, built.fn, EvalConfig(seeds=(1,), cases_per_dtype=3,
-                                                         time=False))
-    assert outcome.message is None, f"{backend}: {outcome.message}"
+    assert_default_kernel_correct(op, backend)
