@@ -21,12 +21,16 @@ exponential stays at most 1. So, with that ``m``:
   ``exp``, an attention's weighted sum, masked or not; ``N * (1 / D)`` too; with N free
   of exponentials, as in ``1 / (1 + exp(-x))``, D's overflow gives the right limit, 0);
 - ``log(D)``: ``m + log(D·exp(-m))`` (log-sum-exp, weighted, of a mean, logaddexp);
-- ``log(N / D)``: ``log(N) - log(D)``; ``log(exp(a) * r)``: ``a + log(r)``;
+- ``log(N / D)``: ``log(N) - log(D)``, where both are known never to be negative (their
+  factors numbers, inputs of non-negative domains, absolute values); ``log(exp(a) * r)``:
+  ``a + log(r)``;
 - ``log(1 + exp(a))``, ``log1p(exp(a))``: ``max(a, 0) + log(1 + exp(-abs(a)))``.
 
 Masked maxima are taken over the active terms only (a causal mask's future scores may be
-the largest, and a shift by them would take every active term to zero), and a maximum
-over no active term shifts by 0. An intermediate defined as one of these forms (``e[i,
+the largest, and a shift by them would take every active term to zero), a masked term
+stays 0 whatever its exponent, and a maximum over no active term (masked, or a range that
+may be empty) shifts by 0. A reduction's bound indices are renamed before a shift goes
+inside it, so that the shift's indices are never captured. An intermediate defined as one of these forms (``e[i,
 j] = exp(x[i, j])``, ``s[i] = sum(j) e[i, j]``, ``p[i, j] = e[i, j] / s[i]``) is seen
 through and dropped once nothing reads it. Sums already shifted by a maximum
 (``exp(x[i, j] - m[i])``) are left as written, and so is a sum that reads an index an
