@@ -745,7 +745,9 @@ def _is_sequence(node: ast.AST) -> bool:
         isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
 
 
-def _big(v: int) -> str:
+def _big(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.6g}"
     return f"{v:,}" if abs(v) < 1 << 80 else f"{'-' if v < 0 else ''}2**{abs(v).bit_length() - 1}+"
 
 

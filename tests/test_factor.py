@@ -2,7 +2,8 @@
 (``sum(o) (sum(k) x[b, k] * w[o, k])``) becomes ``sum(k) x[b, k] * c[k]`` with ``c[k] =
 sum(o) w[o, k]`` computed once, written with an intermediate or inline; a depthwise then
 pointwise convolution, where merging the sums would do more work, stays as written; the c
-and numpy kernels are correct."""
+and numpy kernels are correct, on forms that broke this rewrite and ``lower.common``'s
+too."""
 from __future__ import annotations
 
 import pytest
@@ -63,3 +64,85 @@ def test_factored_kernels_are_correct(name, backend):
     op = OP[name]
     assert factored_sums(op) is not op
     assert_default_kernel_correct(op, backend)
+
+
+# forms an adversarial pass found the rewrites getting wrong (each fixed): integer sums in
+# a float32 intermediate, a range read from a tensor, a summed index shadowing an output
+# index, a user intermediate named as the rewrite names its own
+TRICKY = """
+op int_sum
+  dims B, K, O
+  in  x: i64 [B, K] in 0 .. 1000
+  in  w: i64 [O, K] in 0 .. 100000000
+  out y: i64 [B]
+  y[b] = sum(o, k) x[b, k] * w[o, k]
+  baseline (x @ w.T).sum(1)
+  tolerance exact
+  test  B in 1..5, K in 1..7, O in 1..6
+  bench B=128, K=256, O=256
+
+op range_read_from_a_tensor
+  dims B, K, O
+  in  x: f32 [B, K]
+  in  w: f32 [O, K]
+  in  n: i64 [] in 0 .. K
+  out y: f32 [B]
+  y[b] = sum(o, k in 0 .. n[]) x[b, k] * w[o, k]
+  baseline (x[:, :int(n)] @ w[:, :int(n)].T).sum(1)
+  tolerance f32(rtol=1e-3, atol=1e-3)
+  test  B in 1..5, K in 1..7, O in 1..6
+  bench B=128, K=256, O=256
+
+op shadowed_output_index
+  dims B, K, O, P
+  in  x: f32 [B, K]
+  in  w: f32 [O, K]
+  in  z: f32 [B, P]
+  out y: f32 [B, P]
+  y[b, k] = z[b, k] * sum(o, k) x[b, k] * w[o, k]
+  baseline z * (x @ w.sum(0)).unsqueeze(1)
+  tolerance f32(rtol=1e-3, atol=1e-3)
+  test  B in 1..5, K in 1..7, O in 1..6, P in 1..9
+  bench B=128, K=256, O=256, P=4
+
+op name_taken
+  dims B, K, O
+  in  x: f32 [B, K]
+  in  w: f32 [O, K]
+  out y: f32 [B]
+  out z: f32 [B]
+  kd_f0_y[b] = x[b, 0] * 3.0
+  y[b] = sum(o, k) x[b, k] * w[o, k]
+  z[b] = y[b] + kd_f0_y[b] + sum(o) (sum(k) x[b, k] * w[o, k])
+  baseline ((x @ w.T).sum(1), 2 * (x @ w.T).sum(1) + 3 * x[:, 0])
+  tolerance f32(rtol=1e-3, atol=1e-3)
+  test  B in 1..5, K in 1..7, O in 1..6
+  bench B=128, K=256, O=256
+
+op repeated_int_max
+  dims M, N
+  in  x: i64 [M, N] in 0 .. 1000000000000
+  out y: i64 [M]
+  y[i] = (max(j) x[i, j]) + (max(j) x[i, j])
+  baseline 2 * x.max(1).values
+  tolerance exact
+  test  M in 1..5, N in 1..7
+  bench M=128, N=256
+
+op copy_inside_a_rebinding
+  dims M, N
+  in  x: f32 [M, N]
+  out y: f32 [M]
+  y[i] = (sum(j) x[i, j] pad(0)) + (sum(j) x[i, j] pad(0)) + max(i in 0 .. M + 100) (sum(j) x[i, j] pad(0))
+  baseline 2 * x.sum(1) + torch.clamp(x.sum(1).max(), min=0.0)
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test  M in 1..5, N in 1..7
+  bench M=128, N=256
+"""
+TRICKY_OPS = {o.name: o for o in spec.parse_text(TRICKY, "tricky.kspec").ops}
+
+
+@pytest.mark.parametrize("name", sorted(TRICKY_OPS))
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_forms_the_rewrites_once_got_wrong(name, backend):
+    assert_default_kernel_correct(TRICKY_OPS[name], backend)

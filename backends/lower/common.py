@@ -15,7 +15,8 @@ import dataclasses
 from collections import Counter
 
 from kdsl import ir
-from kdsl.backends.lower.rewrite import free_names, rebuild, substitute
+from kdsl.backends.lower.rewrite import (free_names, rebuild, scratch_dtype, substitute,
+                                        unique_name)
 
 
 def common_reductions(op: ir.Op) -> ir.Op:
@@ -34,15 +35,17 @@ def common_reductions(op: ir.Op) -> ir.Op:
         names = {}
         for k, form in enumerate(repeated):
             keep = [n for n in st.indices if n in free_names(form, op.dims)]
-            name = f"kd_c{k}_{st.target}"
-            tensors.append(ir.Tensor(name, "tmp", ("f32",), None,
+            name = unique_name(tensors, f"kd_c{k}_{st.target}")
+            tensors.append(ir.Tensor(name, "tmp", (scratch_dtype(op, form),), None,
                                      tuple(shape[n] for n in keep)))
             statements.append(ir.Statement(name, tuple(keep), form))
             names[form] = ir.Access(name, tuple(ir.Name(n) for n in keep))
 
         def visit(e: ir.Expr) -> ir.Expr:
-            if isinstance(e, ir.Reduce) and canonical(e) in names:
-                return names[canonical(e)]
+            if isinstance(e, ir.Reduce):  # (only the outer ones were counted: a copy
+                return names.get(canonical(e), e)  # inside another may read its indices)
+            if isinstance(e, (ir.Scan, ir.Collective)):
+                return e
             return rebuild(e, visit)
         statements.append(dataclasses.replace(st, value=visit(st.value)))
     if not changed:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 
 from kdsl import ir
-from kdsl.backends.lower.rewrite import free_names, rebuild, without_unread
+from kdsl.backends.lower.rewrite import (free_names, rebuild, scratch_dtype, unique_name,
+                                        without_unread)
 
 
 def factored_sums(op: ir.Op) -> ir.Op:
@@ -73,8 +74,10 @@ def _reads(op: ir.Op) -> dict[str, int]:
 
 
 def _static(r: ir.IndexRange, dims) -> bool:
+    """``r`` is 0 .. an expression of the sizes alone (no index, no tensor read)."""
     return r.lo is not None and isinstance(r.lo, ir.Num) and r.lo.value == 0 and \
-        r.hi is not None and not free_names(r.hi, dims)
+        r.hi is not None and not free_names(r.hi, dims) and \
+        not any(isinstance(n, ir.Access) for n in ir.walk(r.hi))
 
 
 def _factored(op, st, shape, e: ir.Reduce, inlined, extra, tensors) -> ir.Expr | None:
@@ -87,7 +90,8 @@ def _factored(op, st, shape, e: ir.Reduce, inlined, extra, tensors) -> ir.Expr |
         return None
     ranges = list(e.indices)
     out = _volume(size, op.tensor(st.target).shape)
-    written = out * _volume(size, [r.hi for r in ranges])
+    per_term = out * _volume(size, [r.hi for r in ranges])  # the outer sum's terms
+    written = per_term
     fs = []
     outer = [f for f in _factors(e.body)]
     for k, f0 in enumerate(outer):
@@ -98,8 +102,8 @@ def _factored(op, st, shape, e: ir.Reduce, inlined, extra, tensors) -> ir.Expr |
                 not inner & ({r.name for r in ranges} | others) and \
                 all(_static(r, op.dims) for r in f.indices):
             work = _volume(size, [r.hi for r in f.indices])
-            if f is f0:  # summed inside this sum: at each of its indices
-                written *= work
+            if f is f0:  # summed inside this sum: again at each of its terms
+                written += per_term * work
             else:  # an intermediate's: once for each of its elements
                 written += _volume(size, op.tensor(f0.tensor).shape) * work
             ranges += list(f.indices)
@@ -112,6 +116,8 @@ def _factored(op, st, shape, e: ir.Reduce, inlined, extra, tensors) -> ir.Expr |
         return None
     names = [r.name for r in ranges]
     outside = set(st.indices)
+    if outside & set(names):
+        return None  # a summed index shadows one of the output's
     for r in ranges:
         reading = [f for f in fs if r.name in free_names(f, op.dims)]
         rest = [f for f in fs if r.name not in free_names(f, op.dims)]
@@ -128,9 +134,10 @@ def _factored(op, st, shape, e: ir.Reduce, inlined, extra, tensors) -> ir.Expr |
             out * _volume(size, [x.hi for x in remaining])
         if 2 * factored > written:
             continue
-        name = f"kd_f{len(extra)}_{st.target}"
-        tensors.append(ir.Tensor(name, "tmp", ("f32",), None, tuple(dims)))
         partial = ir.Reduce("sum", (r,), _product(reading))
+        name = unique_name(tensors, f"kd_f{len(extra)}_{st.target}")
+        tensors.append(ir.Tensor(name, "tmp", (scratch_dtype(op, partial),), None,
+                                 tuple(dims)))
         extra.append(ir.Statement(name, tuple(keep), partial))
         body = _product(rest + [ir.Access(name, tuple(ir.Name(n) for n in keep))])
         return ir.Reduce("sum", remaining, body) if remaining else body

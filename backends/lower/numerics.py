@@ -44,7 +44,8 @@ from typing import Callable
 
 from kdsl import ir
 from kdsl.backends.base import Unsupported
-from kdsl.backends.lower.rewrite import free_names, rebuild, subst, without_unread
+from kdsl.backends.lower.rewrite import (free_names, rebuild, subst, unique_name,
+                                        without_unread)
 
 NEG_INF = ir.Unary("neg", ir.Name("inf"))
 
@@ -240,7 +241,7 @@ class _Rewriter:
         return lo >= 1
 
     def _intermediate(self, keep, shape, value) -> ir.Access:
-        name = f"kd_max{len(self.extra)}_{self.st.target}"
+        name = unique_name(self.tensors, f"kd_max{len(self.extra)}_{self.st.target}")
         self.tensors.append(ir.Tensor(name, "tmp", ("f32",), None, tuple(shape)))
         self.extra.append(ir.Statement(name, tuple(keep), value))
         return ir.Access(name, tuple(ir.Name(n) for n in keep))

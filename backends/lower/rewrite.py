@@ -259,3 +259,21 @@ def without_unread(op: ir.Op) -> ir.Op:
     kept = {st.target for st in statements}
     tensors = tuple(t for t in op.tensors if t.role != "tmp" or t.name in kept)
     return dataclasses.replace(op, tensors=tensors, statements=tuple(statements))
+
+
+def unique_name(tensors, base: str) -> str:
+    """``base``, or ``base`` with a suffix, so that no tensor of ``tensors`` has the name (a
+    user may name an intermediate as a rewrite would)."""
+    taken = {t.name for t in tensors}
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name
+
+
+def scratch_dtype(op: ir.Op, e: ir.Expr) -> str:
+    """The dtype of an intermediate holding ``e``: int64 where its value is an integer
+    (float32 rounded sums of large integers), else float32."""
+    from kdsl.compare import _may_be_float
+    return "f32" if _may_be_float(op, e) else "i64"
