@@ -141,12 +141,14 @@ def int_slack(op: ir.Op, output: str) -> int:
             if isinstance(n, ir.Access):
                 todo.append(n.tensor)
             if isinstance(n, ir.Call) and n.fn in ("i32", "i64") and \
-                    any(_may_be_float(op, x) for x in n.args):
+                    any(may_be_float(op, x) for x in n.args):
                 return 1
     return 0
 
 
-def _may_be_float(op: ir.Op, e: ir.Expr) -> bool:
+def may_be_float(op: ir.Op, e: ir.Expr) -> bool:
+    """Whether ``e`` may hold a value that is not an integer (a float number or constant, a
+    division, a mean, a float cast or function, a read of a float tensor)."""
     from .builtins import CASTS, ELEMENTWISE
     for n in ir.walk(e):
         if isinstance(n, ir.Num) and isinstance(n.value, float):

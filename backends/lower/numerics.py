@@ -83,10 +83,6 @@ def _alpha(e: ir.Expr, mapping: dict | None = None) -> ir.Expr:
     return subst(e, dict(mapping or {}) or {"__kd_none": ir.Name("__kd_none")})
 
 
-def _has_exp(e: ir.Expr) -> bool:
-    return any(isinstance(n, ir.Call) and n.fn == "exp" for n in ir.walk(e))
-
-
 def _is_num(e: ir.Expr, value=None) -> bool:
     return isinstance(e, ir.Num) and (value is None or e.value == value)
 
@@ -252,16 +248,8 @@ class _Rewriter:
         if isinstance(e, ir.Reduce) and e.op in ("sum", "mean"):
             e = _alpha(e)
             t = self.term(e.body)
-            if t is None:
-                return None
-            inner = dict(bound)
-            m = self._sum_shift(e, t, inner)
-            if m is None:
-                return None
-            for r in e.indices:
-                inner[r.name] = r
-            body = self._visit_shift(t, m, inner)
-            return m, dataclasses.replace(e, body=body)
+            m = None if t is None else self._sum_shift(e, t, bound)
+            return None if m is None else (m, self._shifted_sum(e, t, m, bound))
         terms = self.chain(e)
         if terms is None:
             return None
@@ -279,8 +267,13 @@ class _Rewriter:
         m = self.visit(m, bound)
         return m, self._shift_chain(terms, m, bound)
 
-    def _visit_shift(self, t: Term, m: ir.Expr, bound: dict) -> ir.Expr:
-        return self.visit(t.shifted(m), bound)
+    def _shifted_sum(self, r: ir.Reduce, t: Term, m: ir.Expr, bound: dict) -> ir.Reduce:
+        """``r`` (a sum or mean of the term ``t``, its indices fresh: ``_alpha``) with
+        ``t`` shifted by ``m``."""
+        inner = dict(bound)
+        for x in r.indices:
+            inner[x.name] = x
+        return dataclasses.replace(r, body=self.visit(t.shifted(m), inner))
 
     def _shift_chain(self, terms, m, bound) -> ir.Expr:
         out = None
@@ -299,16 +292,11 @@ class _Rewriter:
         r = self._resolved(e)
         t = self.term(r)
         if t is not None:
-            return self._visit_shift(t, m, bound)
+            return self.visit(t.shifted(m), bound)
         if isinstance(r, ir.Reduce) and r.op in ("sum", "mean"):
             r = _alpha(r)  # (the shift reads indices its reductions may bind)
             t = self.term(r.body)
-            if t is None:
-                return None
-            inner = dict(bound)
-            for x in r.indices:
-                inner[x.name] = x
-            return dataclasses.replace(r, body=self._visit_shift(t, m, inner))
+            return None if t is None else self._shifted_sum(r, t, m, bound)
         terms = self.chain(r)
         return None if terms is None else self._shift_chain(terms, m, bound)
 

@@ -275,5 +275,5 @@ def unique_name(tensors, base: str) -> str:
 def scratch_dtype(op: ir.Op, e: ir.Expr) -> str:
     """The dtype of an intermediate holding ``e``: int64 where its value is an integer
     (float32 rounded sums of large integers), else float32."""
-    from kdsl.compare import _may_be_float
-    return "f32" if _may_be_float(op, e) else "i64"
+    from kdsl.compare import may_be_float
+    return "f32" if may_be_float(op, e) else "i64"
