@@ -282,7 +282,7 @@ class Checker:
         value = self._resolve(st.value, scope, st, top=True)
         kind = self.kind(value, set(scope))
         if target is None:
-            dt = {"float": "f32", "int": "i64", "bool": "bool"}[kind]
+            dt = {"float": self.op.scratch_float, "int": "i64", "bool": "bool"}[kind]
             self.tensors[st.target] = ir.Tensor(st.target, "tmp", (dt,), None,
                                                 tuple(scope[n].hi for n in st.indices),
                                                 None, st.loc)

@@ -266,10 +266,21 @@ class Op:
             return self.dtype_of(t.like, dtype)
         return dtype if len(t.dtypes) > 1 else t.dtypes[0]
 
+    @property
+    def scratch_float(self) -> str:
+        """The dtype an intermediate holding floats is stored in (``scratch_float``)."""
+        return scratch_float(self.tensors)
+
     @functools.cached_property
     def hash(self) -> str:
         # cached on the instance: the op is frozen, and the hash keys every lookup
         return structural_hash(self)
+
+
+def scratch_float(tensors) -> str:
+    """The dtype an intermediate holding floats is stored in: f64 where an input or output
+    may be f64 (a spec declaring f64 asks for its precision), else f32."""
+    return "f64" if any("f64" in t.dtypes for t in tensors if t.role != "tmp") else "f32"
 
 
 @dataclass(frozen=True)

@@ -414,6 +414,19 @@ NOVEL = {
           test  B in 1..12, K in 1..40, O in 1..40
           bench B=128, K=512, O=512
         """,
+    "gemm_softmax_f64": """
+        op gemm_softmax_f64
+          dims M, N
+          in  x: f64 [M, N]
+          in  w: f64 [N, N]
+          out y: f64 [M, N]
+          h[i, k] = sum(j) x[i, j] * w[j, k]
+          y[i, j] = exp(h[i, j]) / sum(j) exp(h[i, j])
+          baseline torch.softmax(x @ w, dim=-1)
+          tolerance f64(rtol=1e-10, atol=1e-12)
+          test  M in 1..6, N in 1..24
+          bench M=64, N=128
+        """,
     "embedding_grad": """
         op embedding_grad
           dims N, V, D

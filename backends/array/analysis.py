@@ -22,13 +22,27 @@ SEGMENT_OPS = ("sum", "prod", "max", "min", "mean")
 # ---- kinds -------------------------------------------------------------------
 
 def kind_variants(op: ir.Op) -> dict[str, tuple[str, ...]]:
-    """The kind of the op's type variable ('float', 'int', 'bool') -> its dtypes.
+    """The variant of the op's type variable -> its dtypes: its kind ('float', 'int',
+    'bool'), with f64 apart as 'float64'.
 
-    Code is rendered once per kind: f32, bf16 and f16 share float code."""
+    Code is rendered once per variant: f32, bf16 and f16 share float code; f64 has its
+    own, which computes in float64 (a spec that declares f64 asks for its precision)."""
     out: dict[str, tuple[str, ...]] = {}
     for dt in op.dtype_choices:
-        out[dtypes.kind(dt)] = out.get(dtypes.kind(dt), ()) + (dt,)
+        key = variant(dt)
+        out[key] = out.get(key, ()) + (dt,)
     return out
+
+
+def variant(dtype: str) -> str:
+    """The code variant of a dtype: its kind, f64 apart (see ``kind_variants``)."""
+    return "float64" if dtype == "f64" else dtypes.kind(dtype)
+
+
+def wide(op: ir.Op, dtype: str) -> bool:
+    """Whether instance ``dtype`` of ``op`` has a float64 tensor: its floats compute in
+    float64 whatever the precision gene says."""
+    return any(op.dtype_of(t.name, dtype) == "f64" for t in op.tensors)
 
 
 def type_var_tensor(op: ir.Op) -> ir.Tensor | None:

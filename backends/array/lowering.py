@@ -152,6 +152,8 @@ class Lowering:
             common_reductions(aa.inline_intermediates(factored_sums(stable_exponentials(op)),
                                                       genome.get("fusion", "none")))))
         self.dtype, self.genome, self.d = dtype, genome, dialect
+        # each kind's dtype name in the module; an f64 instance computes its floats in W
+        self.dt = {**DTYPE, "float": "W"} if aa.wide(op, dtype) else DTYPE
         self.counter = itertools.count()
         self.tensors: dict[str, TensorInfo] = {}
         for t in op.inputs:
@@ -164,7 +166,7 @@ class Lowering:
         body += self.d.prologue()
         for t in self.op.inputs:
             info = self.tensors[t.name]
-            body.append(f"{info.var} = rt.load(inputs[{t.name!r}], {DTYPE[info.kind]})")
+            body.append(f"{info.var} = rt.load(inputs[{t.name!r}], {self.dt[info.kind]})")
         for t in self.op.outputs:
             body.append(f"o_{t.name} = outs[{t.name!r}]")
         for st in self.op.statements:
@@ -228,7 +230,7 @@ class Lowering:
         if target.role == "tmp" or read_later:
             var = f"t_{name}"
             self.tensors[name] = TensorInfo(var, value.kind, target.shape)
-            dt = DTYPE[value.kind]
+            dt = self.dt[value.kind]
             if chunk:
                 pre.append(f"{var} = {self.d.empty(shape_code, dt)}")
                 self.block.line(f"{var}[c0:c1] = {code}")
@@ -286,7 +288,7 @@ class Lowering:
     def lift(self, v: Val, kind: str | None = None) -> Val:
         """A scalar as an array of the grid's rank (size 1 everywhere)."""
         kind = kind or v.kind
-        return self.let(self.d.lift(v.code, DTYPE[kind], self.nd), kind, ())
+        return self.let(self.d.lift(v.code, self.dt[kind], self.nd), kind, ())
 
     def coerce(self, v: Val, kind: str) -> Val:
         if v.kind == kind:
@@ -297,7 +299,7 @@ class Lowering:
         if v.scalar:
             return Val(v.code, kind, scalar=True) if v.kind != "float" else \
                 Val(f"int({v.code})", kind, scalar=True)
-        return self.let(self.d.cast(v.code, DTYPE[kind]), kind, v.deps)
+        return self.let(self.d.cast(v.code, self.dt[kind]), kind, v.deps)
 
     def expand(self, v: Val, positions: dict[int, str]) -> Val:
         """``v`` broadcast to full extent along ``positions`` it does not vary on."""

@@ -49,7 +49,7 @@ def array_genes(op: ir.Op, segment_methods: tuple[str, ...]) -> list[Gene]:
 
 
 def compute_source(op: ir.Op, genome: dict, dialect: Dialect, where: str) -> list[str]:
-    """``_compute(inputs, outs, sizes)``: one function per kind of the op's type variable,
+    """``_compute(inputs, outs, sizes)``: one function per variant of the op's type variable,
     dispatched on the dtype of the tensor that carries it (``where``: 'inputs' or 'outs')."""
     variants = aa.kind_variants(op)
     lines: list[str] = []
@@ -64,7 +64,7 @@ def compute_source(op: ir.Op, genome: dict, dialect: Dialect, where: str) -> lis
     source = "inputs" if tv.role == "in" else where
     lines += [f"_BY_KIND = {{{', '.join(table)}}}", "", "",
               "def _compute(inputs, outs, sizes):",
-              f"    _BY_KIND[rt.kind({source}[{tv.name!r}])](inputs, outs, sizes)"]
+              f"    _BY_KIND[rt.variant({source}[{tv.name!r}])](inputs, outs, sizes)"]
     return lines
 
 

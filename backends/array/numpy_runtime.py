@@ -33,10 +33,15 @@ def finish(t: torch.Tensor, buf: np.ndarray) -> None:
         t.copy_(torch.from_numpy(buf))
 
 
-def kind(t) -> str:
-    """'float', 'int' or 'bool': of an input tensor or an output buffer."""
+def variant(t) -> str:
+    """The code variant of an input tensor or an output buffer: 'float', 'float64', 'int'
+    or 'bool' (``analysis.kind_variants``)."""
     if isinstance(t, torch.Tensor):
+        if t.dtype == torch.float64:
+            return "float64"
         return "bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int"
+    if t.dtype == np.float64:
+        return "float64"
     return {"b": "bool", "f": "float"}.get(t.dtype.kind, "int")
 
 

@@ -97,7 +97,7 @@ def reduce(low, e: ir.Reduce, env: Env) -> Val:
         ident = identity(e.op, body.kind)
         code = f"rt.r{e.op}({filled(ident)}, {axes_code}, {ident})"
     elif e.op == "mean":
-        count = f"rt.count({mask}, {body.code}, {axes_code}, F)" if mask else \
+        count = f"rt.count({mask}, {body.code}, {axes_code}, {low.dt['float']})" if mask else \
             " * ".join(ax.extent for ax in axes)
         code = f"(rt.rsum({filled('0')}, {axes_code}) / {atom(count)})"
     else:

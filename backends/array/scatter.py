@@ -13,7 +13,7 @@ from __future__ import annotations
 from kdsl import ir
 
 from kdsl.backends.array import analysis as aa
-from kdsl.backends.array.dialect import DTYPE, Val
+from kdsl.backends.array.dialect import Val
 from kdsl.backends.array.lowering import Axis, Block, Env
 from kdsl.backends.lower.scatter import Scatter, kind
 
@@ -65,7 +65,7 @@ def statement(low, st: ir.Statement, sc: Scatter) -> list[str]:
         keys.append(v.code if not v.scalar else low.lift(v).code)
     sizes = [grid[p] for p in range(n)] + ["1"] * depth
     code = (f"rt.scatter_add(({', '.join(shape)},), ({', '.join(keys)},), "
-            f"{tuple(sc.keyed)!r}, {value.code}, ({', '.join(sizes)},), {DTYPE[acc]})")
+            f"{tuple(sc.keyed)!r}, {value.code}, ({', '.join(sizes)},), {low.dt[acc]})")
     result = Val(low.block.let(code), acc, frozenset(range(len(shape))))
     pre = low.store(st, target, result, shape, 0)
     return [f"# {st.target}: a sum over an indicator as a scatter-add"] + pre + \

@@ -16,7 +16,11 @@ def load(t: torch.Tensor, dtype) -> torch.Tensor:
     return t.to(dtype)
 
 
-def kind(t: torch.Tensor) -> str:
+def variant(t: torch.Tensor) -> str:
+    """The code variant of a tensor: 'float', 'float64', 'int' or 'bool'
+    (``analysis.kind_variants``)."""
+    if t.dtype == torch.float64:
+        return "float64"
     return "bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int"
 
 

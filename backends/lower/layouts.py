@@ -64,9 +64,9 @@ def contiguous_operands(op: ir.Op, keep: Callable[[ir.Statement], bool] | None =
                 name = f"kd_t{len(copies)}_{f.tensor}"
                 src = tensors[f.tensor]
                 idx = tuple(f"kd_a{p}" for p in range(len(src.shape)))
-                # an intermediate holds floats as f32 (as the checker types them)
+                # an intermediate holds floats as the checker types them
                 kind = op.dtype_of(f.tensor, op.dtype_choices[0])
-                tensors[name] = ir.Tensor(name, "tmp", ("f32",) if kind in FLOATS else
+                tensors[name] = ir.Tensor(name, "tmp", (op.scratch_float,) if kind in FLOATS else
                                           (kind,), None, tuple(src.shape[p] for p in order))
                 statements.append(ir.Statement(
                     name, tuple(idx[p] for p in order),

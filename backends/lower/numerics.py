@@ -238,7 +238,8 @@ class _Rewriter:
 
     def _intermediate(self, keep, shape, value) -> ir.Access:
         name = unique_name(self.tensors, f"kd_max{len(self.extra)}_{self.st.target}")
-        self.tensors.append(ir.Tensor(name, "tmp", ("f32",), None, tuple(shape)))
+        self.tensors.append(ir.Tensor(name, "tmp", (ir.scratch_float(self.tensors),), None,
+                                      tuple(shape)))
         self.extra.append(ir.Statement(name, tuple(keep), value))
         return ir.Access(name, tuple(ir.Name(n) for n in keep))
 

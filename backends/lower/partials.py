@@ -67,7 +67,7 @@ def split_long(st: ir.Statement, tensors, bench, op) -> list[ir.Statement] | Non
     # the chunk index outermost: each chunk's partials are one contiguous block, written
     # row by row like the output, and their sum reads rows of it along the output's rows
     name = f"{st.target}_part"
-    tensors[name] = ir.Tensor(name, "tmp", ("f32",), None,
+    tensors[name] = ir.Tensor(name, "tmp", (ir.scratch_float(tensors.values()),), None,
                               (chunks,) + tensors[st.target].shape)
     partial = ir.Statement(name, (s,) + st.indices, ir.Reduce(
         "sum", (ir.IndexRange(q, ir.Num(0), ir.Num(CHUNK)),), chunked(red.body)))
@@ -105,7 +105,7 @@ def chunked(st: ir.Statement, tensors, bench, min_programs) -> list[ir.Statement
     stop = ir.Call("min", (ir.Binary("+", start, ir.Num(size)), span))
     whole = "sum" if red.op == "mean" else red.op
     name = f"{st.target}_part"
-    tensors[name] = ir.Tensor(name, "tmp", ("f32",), None, (chunks,) + tensors[st.target].shape)
+    tensors[name] = ir.Tensor(name, "tmp", (ir.scratch_float(tensors.values()),), None, (chunks,) + tensors[st.target].shape)
     partial = ir.Statement(name, (s,) + st.indices, ir.Reduce(
         whole, (dataclasses.replace(r, lo=start, hi=stop),), red.body))
     combined: ir.Expr = ir.Reduce(whole, (ir.IndexRange(s, ir.Num(0), chunks),), ir.Access(
@@ -155,7 +155,7 @@ def peel_moments(mean: ir.Statement, var: ir.Statement, tensors, bench, min_prog
     parts = {}
     for st in (mean, var):
         name = f"{st.target}_part"
-        tensors[name] = ir.Tensor(name, "tmp", ("f32",), None,
+        tensors[name] = ir.Tensor(name, "tmp", (ir.scratch_float(tensors.values()),), None,
                                   tensors[mean.target].shape + tuple(extent(r) for r in peeled))
         parts[st.target] = name
     index = mean.indices + tuple(r.name for r in peeled)
@@ -215,7 +215,7 @@ def peel(st: ir.Statement, tensors, bench, min_programs, op) -> list[ir.Statemen
     rest = tuple(r for r in red.indices if r not in peeled)
     name = f"{st.target}_part"
     shape = tensors[st.target].shape + tuple(extent(r) for r in peeled)
-    tensors[name] = ir.Tensor(name, "tmp", ("f32",), None, shape)
+    tensors[name] = ir.Tensor(name, "tmp", (ir.scratch_float(tensors.values()),), None, shape)
     indices = st.indices + tuple(r.name for r in peeled)
     partial = ir.Statement(name, indices, dataclasses.replace(red, indices=rest))
     fresh = {r.name: ir.Name(f"{r.name}_p") for r in peeled}

@@ -274,6 +274,6 @@ def unique_name(tensors, base: str) -> str:
 
 def scratch_dtype(op: ir.Op, e: ir.Expr) -> str:
     """The dtype of an intermediate holding ``e``: int64 where its value is an integer
-    (float32 rounded sums of large integers), else float32."""
+    (float32 rounded sums of large integers), else the op's float scratch dtype."""
     from kdsl.compare import may_be_float
-    return "f32" if may_be_float(op, e) else "i64"
+    return op.scratch_float if may_be_float(op, e) else "i64"

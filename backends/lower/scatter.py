@@ -267,7 +267,7 @@ def scatter_form(op: ir.Op) -> ir.Op:
                     return e
                 name = f"kd_sc{counter[0]}_{st.target}"
                 counter[0] += 1
-                tensors.append(ir.Tensor(name, "tmp", ("f32" if k == "float" else "i64",),
+                tensors.append(ir.Tensor(name, "tmp", (op.scratch_float if k == "float" else "i64",),
                                          None, tuple(shape[n] for n in keep)))
                 extra.append(ir.Statement(name, keep, e))
                 return ir.Access(name, tuple(ir.Name(n) for n in keep))

@@ -70,7 +70,7 @@ def hoist_reductions(op: ir.Op) -> tuple[list[ir.Statement], dict[str, ir.Tensor
                 raise Unsupported("a reduction nested in a range that does not start at 0")
             name = f"kd_r{counter[0]}"
             counter[0] += 1
-            tensors[name] = ir.Tensor(name, "tmp", (_scratch_dtype(e),), None,
+            tensors[name] = ir.Tensor(name, "tmp", (_scratch_dtype(op, e),), None,
                                       tuple(ext for _, ext in keep))
             out.append(ir.Statement(name, tuple(n for n, _ in keep), e))
             return ir.Access(name, tuple(ir.Name(n) for n, _ in keep))
@@ -110,7 +110,7 @@ def hoist_outer_invariant(op: ir.Op) -> ir.Op:
                 keep = [n for n in st.indices if n in free]
                 name = f"kd_h{counter[0]}_{st.target}"
                 counter[0] += 1
-                tensors.append(ir.Tensor(name, "tmp", (_scratch_dtype(e),), None,
+                tensors.append(ir.Tensor(name, "tmp", (_scratch_dtype(op, e),), None,
                                          tuple(shape[n] for n in keep)))
                 extra.append(ir.Statement(name, tuple(keep), e))
                 return ir.Access(name, tuple(ir.Name(n) for n in keep))
@@ -344,8 +344,8 @@ def _own_dtypes(op: ir.Op, t: ir.Tensor, present: set[str]) -> ir.Tensor:
     return dataclasses.replace(t, like=None, dtypes=holder.dtypes)
 
 
-def _scratch_dtype(e: ir.Reduce) -> str:
-    return "i64" if e.op in ("argmax", "argmin") else "f32"
+def _scratch_dtype(op: ir.Op, e: ir.Reduce) -> str:
+    return "i64" if e.op in ("argmax", "argmin") else op.scratch_float
 
 
 def recomputed(values, program_axes: dict[str, ir.Expr], bench, dims) -> bool:
