@@ -266,6 +266,12 @@ class Op:
             return self.dtype_of(t.like, dtype)
         return dtype if len(t.dtypes) > 1 else t.dtypes[0]
 
+    def wide(self, dtype: str) -> bool:
+        """Whether instance ``dtype`` has an f64 input or output: its floats compute in
+        float64 (a spec declaring f64 asks for its precision)."""
+        return any(self.dtype_of(t.name, dtype) == "f64" for t in self.tensors
+                   if t.role != "tmp")
+
     @property
     def scratch_float(self) -> str:
         """The dtype an intermediate holding floats is stored in (``scratch_float``)."""

@@ -39,12 +39,6 @@ def variant(dtype: str) -> str:
     return "float64" if dtype == "f64" else dtypes.kind(dtype)
 
 
-def wide(op: ir.Op, dtype: str) -> bool:
-    """Whether instance ``dtype`` of ``op`` has a float64 tensor: its floats compute in
-    float64 whatever the precision gene says."""
-    return any(op.dtype_of(t.name, dtype) == "f64" for t in op.tensors)
-
-
 def type_var_tensor(op: ir.Op) -> ir.Tensor | None:
     """The tensor whose dtype is the op's type variable (None: the op has one dtype)."""
     for t in op.tensors:

@@ -153,7 +153,8 @@ class Lowering:
                                                       genome.get("fusion", "none")))))
         self.dtype, self.genome, self.d = dtype, genome, dialect
         # each kind's dtype name in the module; an f64 instance computes its floats in W
-        self.dt = {**DTYPE, "float": "W"} if aa.wide(op, dtype) else DTYPE
+        # whatever the precision gene says
+        self.dt = {**DTYPE, "float": "W"} if op.wide(dtype) else DTYPE
         self.counter = itertools.count()
         self.tensors: dict[str, TensorInfo] = {}
         for t in op.inputs:

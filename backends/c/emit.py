@@ -54,7 +54,8 @@ def as_int(c: C) -> str:
     return c.text if c.kind != "f" else f"(int64_t)({c.text})"
 
 
-def literal(v) -> C:
+def literal(v, wide: bool = False) -> C:
+    """A number as C; a float one suffixed ``f`` but in an f64 kernel (``wide``)."""
     if isinstance(v, bool):
         return C(str(int(v)), "b")
     if isinstance(v, int):
@@ -63,7 +64,8 @@ def literal(v) -> C:
         return C("INFINITY" if v > 0 else "(-INFINITY)", "f")
     if math.isnan(v):
         return C("NAN", "f")
-    return C(f"{v!r}f" if "e" in repr(v) or "." in repr(v) else f"{v!r}.0f", "f")
+    text = repr(v) if "e" in repr(v) or "." in repr(v) else f"{v!r}.0"
+    return C(text if wide else text + "f", "f")
 
 
 class Emitter:
@@ -99,7 +101,7 @@ class Emitter:
     # ---- entry ----
     def emit(self, e: ir.Expr, scope: dict, stack: list, idx: bool = False) -> C:
         if isinstance(e, ir.Num):
-            return literal(e.value)
+            return literal(e.value, self.k.wide)
         if isinstance(e, ir.Name):
             return self.name(e, scope)
         if isinstance(e, ir.Collective):
@@ -130,7 +132,7 @@ class Emitter:
         if e.name == "inf":
             return C("INFINITY", "f")
         if e.name == "pi":
-            return C("3.14159265358979323846f", "f")
+            return C("3.14159265358979323846" + ("" if self.k.wide else "f"), "f")
         raise KeyError(e.name)
 
     def compute(self, e: ir.Expr, scope: dict, stack: list, idx: bool) -> C:

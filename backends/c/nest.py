@@ -333,7 +333,8 @@ class Nests:
     def fill(self, e: ir.Collective, scope: dict, stack: list):
         em = self.em
         kind = self.body_kind(e, scope)
-        ctype, tag = ("float", "f32") if kind == "f" else ("int64_t", "i64")
+        ctype, tag = (("double", "f64") if self.wide else ("float", "f32")) if kind == "f" \
+            else ("int64_t", "i64")
         self.need_sort(tag, ctype)
         size = self.dims_c(e.index.hi if e.op == "sort" else e.k)
         keys, ids = self.thread_buffer(ctype, size), self.thread_buffer("int64_t", size)

@@ -302,6 +302,44 @@ KD_INLINE int64_t kd_triu_col(int64_t p, int64_t f) {
 }
 """
 
+# An f64 instance's kernel: the same text, compiled with float meaning double and the
+# prelude's float math (polynomials accurate to float32) replaced by libm's double functions
+WIDE_PRELUDE = r"""
+KD_INLINE double kd_exp_d(double x) { return exp(x); }
+KD_INLINE double kd_log_d(double x) { return log(x); }
+KD_INLINE double kd_log1p_d(double x) { return log1p(x); }
+KD_INLINE double kd_expm1_d(double x) { return expm1(x); }
+KD_INLINE double kd_tanh_d(double x) { return tanh(x); }
+KD_INLINE double kd_erf_d(double x) { return erf(x); }
+KD_INLINE double kd_sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+KD_INLINE double kd_silu_d(double x) { return x / (1.0 + exp(-x)); }
+KD_INLINE double kd_rsqrt_d(double x) { return 1.0 / sqrt(x); }
+KD_INLINE double kd_sq_d(double x) { return x * x; }
+KD_INLINE double kd_cube_d(double x) { return x * x * x; }
+KD_INLINE double kd_pow_d(double x, double y) { return pow(x, y); }
+KD_INLINE double kd_fmin_d(double a, double b) { return (a < b || a != a) ? a : b; }
+KD_INLINE double kd_fmax_d(double a, double b) { return (a > b || a != a) ? a : b; }
+KD_INLINE double kd_relu_d(double x) { return x < 0.0 ? 0.0 : x; }
+KD_INLINE double kd_floordiv_f_d(double a, double b) { return floor(a / b); }
+KD_INLINE double kd_mod_f_d(double a, double b) {
+  double r = fmod(a, b);
+  r = r == 0.0 ? copysign(0.0, b) : r;
+  return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
+}
+"""
+WIDE_MATH = ("kd_exp", "kd_log", "kd_log1p", "kd_expm1", "kd_tanh", "kd_erf", "kd_sigmoid",
+             "kd_silu", "kd_rsqrt", "kd_sq", "kd_cube", "kd_pow", "kd_fmin", "kd_fmax",
+             "kd_relu", "kd_floordiv_f", "kd_mod_f")
+
+
+def wide_function(text: str) -> str:
+    """A kernel function's text compiled in double (see ``WIDE_PRELUDE``)."""
+    names = [("float", "double"), ("sqrtf", "sqrt"), ("fabsf", "fabs")] + \
+        [(f, f + "_d") for f in WIDE_MATH]
+    return "\n".join([f"#define {a} {b}" for a, b in names] + [text] +
+                     [f"#undef {a}" for a, _ in names])
+
+
 # Sorting helpers, instantiated per key type: a stable ascending merge sort of
 # (key, index) pairs, and a top-k selection (descending, ties lowest index first).
 SORT_TEMPLATE = r"""

@@ -18,7 +18,8 @@ from kdsl.backends.c.conv import Direct, convolutions
 from kdsl.backends.c.emit import CTYPE, KIND, LOAD, STORE, TMP_CTYPE, C, Emitter, Var, as_float
 from kdsl.backends.c.gemm import Packed
 from kdsl.backends.c.nest import Nests
-from kdsl.backends.c.prelude import PRELUDE, segment_helper, sort_helpers
+from kdsl.backends.c.prelude import PRELUDE, WIDE_PRELUDE, segment_helper, sort_helpers, \
+    wide_function
 from kdsl.backends.c.scatter import Scatters
 
 TMP_DTYPE = {"float": "f32", "int": "i64", "bool": "bool"}
@@ -74,15 +75,20 @@ def dims_text(e: ir.Expr) -> str:
 class KernelWriter(Nests, Packed, Direct, Scatters):
     def __init__(self, op: ir.Op, dtype: str, opt: Options, helpers: dict):
         self.op, self.dtype, self.opt, self.helpers = op, dtype, opt, helpers
-        self.plan = c_plan.plan(op, opt.fuse, opt.inline_tmps, opt.gemm == "packed",
-                                opt.conv == "direct", opt.scatter)
+        # an f64 instance: its function is rendered as any other and compiled with float
+        # meaning double (``render``); the GEMM and convolution micro-kernels, written for
+        # float vector lanes, leave its contractions to the loop nests
+        self.wide = op.wide(dtype)
+        self.plan = c_plan.plan(op, opt.fuse, opt.inline_tmps,
+                                opt.gemm == "packed" and not self.wide,
+                                opt.conv == "direct" and not self.wide, opt.scatter)
         self.op = self.plan.op
         self.em = Emitter(self)
         self.overrides: dict = {}
         self.loop_of: dict = {}
         self.fast_div = opt.fast_div and not (op.tolerance and op.tolerance.exact)
         self.group_p = 0
-        self.convs = convolutions(self.op) if opt.conv == "direct" else {}
+        self.convs = convolutions(self.op) if opt.conv == "direct" and not self.wide else {}
 
     # ---- tensors ----
     def dtype_of(self, name: str) -> str:
@@ -295,8 +301,12 @@ class KernelWriter(Nests, Packed, Direct, Scatters):
 
 def render(op: ir.Op, opt: Options, header: str = "") -> str:
     helpers: dict = {}
-    functions = [KernelWriter(op, dt, opt, helpers).function() for dt in op.dtype_choices]
+    functions = []
+    for dt in op.dtype_choices:
+        writer = KernelWriter(op, dt, opt, helpers)
+        functions.append(wide_function(writer.function()) if writer.wide else writer.function())
     top = [f"/* {header} */"] if header else []
     if opt.vec:
         top.append(f'#pragma GCC target("prefer-vector-width={opt.vec}")')
-    return "\n".join(top + [PRELUDE] + list(helpers.values()) + functions) + "\n"
+    wide = [WIDE_PRELUDE] if any(op.wide(dt) for dt in op.dtype_choices) else []
+    return "\n".join(top + [PRELUDE] + wide + list(helpers.values()) + functions) + "\n"
