@@ -167,7 +167,7 @@ def _tensor(op: ir.Op, t: ir.Tensor, shape: Shape, rng: np.random.Generator) -> 
         return _offsets(dims[0], evaluate(dom.total, shape.sizes), shape.label, rng)
     ends = None  # the domain's least and greatest values, for the upper-end cases
     if isinstance(dom, ir.ValueRange):
-        lo, hi = _bound(dom.lo, shape.sizes), _bound(dom.hi, shape.sizes)
+        lo, hi = domain_bound(dom.lo, shape.sizes), domain_bound(dom.hi, shape.sizes)
         if kind == "int":
             a = rng.integers(int(lo), max(int(hi), int(lo) + 1), size=dims, dtype=np.int64)
             ends = (int(lo), max(int(hi) - 1, int(lo)))
@@ -242,7 +242,8 @@ def _uniform(rng: np.random.Generator, lo: float, hi: float, dims, f32: dict) ->
     return np.minimum(a, np.float32(hi), out=a)  # float32 rounding may pass hi by an ulp
 
 
-def _bound(e: ir.Expr, sizes) -> float:
+def domain_bound(e: ir.Expr, sizes) -> float:
+    """An end of a value range at ``sizes`` (a float literal kept a float)."""
     if isinstance(e, ir.Num):
         return float(e.value)
     if isinstance(e, ir.Unary) and isinstance(e.operand, ir.Num):

@@ -23,7 +23,10 @@ SEARCH_SLOW_CUTOFF = 10.0
 @dataclass(frozen=True)
 class EvalConfig:
     device: str = "cpu"                   # 'cpu' | 'cuda'
-    seeds: tuple[int, ...] = (1, 2)       # correctness: fresh cases from each seed
+    seeds: tuple[int, ...] | None = None  # correctness: fresh cases from each seed; None:
+                                          # ``drawn_seeds`` seeds drawn from the OS at each
+                                          # evaluation (a kernel cannot know its cases)
+    drawn_seeds: int = 2
     cases_per_dtype: int = 3              # per seed, plus the spec's edge sizes
     dtypes: tuple[str, ...] | None = None  # None: every dtype the op declares
     max_case_elements: int = 1 << 20      # skip test shapes bigger than this (interpreter speed)

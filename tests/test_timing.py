@@ -656,12 +656,18 @@ def test_integer_inputs_without_a_domain_vary_too():
     for dtype in op.dtype_choices:
         names = timed_calls.varied_inputs(op, dict(op.bench[0].sizes), dtype)
         assert names == [t.name for t in op.inputs if t.domain is None], (dtype, names)
-    x = torch.arange(1, 10, dtype=torch.int64)
+    x = torch.arange(1, 200, dtype=torch.int64)
     out = torch.empty_like(x)
     timed_calls.vary(out, x, timed_calls.factors(5, 0, x), 3)
     ratio = out // x
-    assert set(ratio.tolist()) <= {1, 2, 3} and len(set(ratio.tolist())) > 1
+    assert set(ratio.tolist()) == {-3, -2, -1, 1, 2, 3}  # signs move too
     assert torch.equal(out % x, torch.zeros_like(x))
+    f = torch.linspace(0.5, 3.0, 199)
+    timed_calls.vary(f_out := torch.empty_like(f), f, timed_calls.factors(5, 1, f), 7)
+    assert set((f_out / f).tolist()) == {-2.0, -1.0, -0.5, 0.5, 1.0, 2.0}
+    b = torch.zeros(199, dtype=torch.bool)
+    timed_calls.vary(b_out := torch.empty_like(b), b, timed_calls.factors(5, 2, b), 0)
+    assert 0 < int(b_out.sum()) < 199  # a bool input: a drawn subset flipped
 
 
 def test_the_time_is_never_below_the_fastest_checked_call():
@@ -850,21 +856,23 @@ def test_an_oracle_the_device_has_no_room_for_stays_on_the_host_and_still_judges
     assert baseline_precision._max_error(bad["y"], ref["y"]) == 1.0
 
 
-def test_inputs_with_bounded_domains_are_rotated_between_calls():
+def test_inputs_with_bounded_domains_change_between_calls():
     """An op whose every input has a domain was timed on the same inputs at every call (a
     factor could leave the domain), and an answer kept by their contents was right at every
-    checked call; such an input is rotated instead: every call sees other inputs, each
-    value still in the domain."""
+    checked call; rotated only, the values stayed the same, and an answer kept by a key
+    blind to order (a sort keyed by the input's sum) was served. Such an input is rotated
+    and a drawn subset of it mirrored in its range: every call sees other values, each
+    still in the domain."""
     text = (SPECS / "softmax.kspec").read_text().replace(
         "in  x: f32 | bf16 | f16 [M, N]", "in  x: f32 | bf16 | f16 [M, N] in -3 .. 3")
     text = text.replace("bench cpu: M=4096, N=4096", "bench cpu: M=64, N=128")
     op = spec.parse_text(text, "t.kspec").ops[0]
     kept, served, seen = {}, [], []
 
-    def keeping(inputs, outputs, sizes):  # keyed by the inputs' whole contents
+    def keeping(inputs, outputs, sizes):  # keyed by the input's sorted values
         x = inputs["x"]
         seen.append(x.clone())
-        key = x.numpy().tobytes()
+        key = torch.sort(x.reshape(-1)).values.numpy().tobytes()
         served.append(key in kept)
         if key not in kept:
             softmax_kernel(inputs, outputs, sizes)
@@ -875,10 +883,43 @@ def test_inputs_with_bounded_domains_are_rotated_between_calls():
                        bandwidth=1e9, baselines={})
     assert t.message is None
     assert len(served) >= 8 and not any(served[2:])  # (the first two: pristine sets)
-    def values(x):
-        return torch.sort(x.reshape(-1)).values
-
-    timed = seen[1:]  # (after the first, checked run)
-    sets = [values(timed[0]), values(timed[1])]  # each set's own values, moved around
-    assert all(any(torch.equal(values(x), v) for v in sets) for x in timed)
     assert all(float(x.abs().max()) <= 3 for x in seen)
+
+
+def test_rotated_inputs_move_apart_and_mirror_within_their_range():
+    """Two rotated inputs' shifts are drawn apart (from one sequence they kept one offset
+    between them, and a loss over the two had one answer a set); a value range's mirror
+    stays in the range, integers too; a single element still changes."""
+    from kdsl.search.eval import timed_calls
+    text = """
+op pair
+  dims N, V
+  in  a: f32 [N] in -1 .. 1
+  in  b: f32 [N] in -1 .. 1
+  in  idx: i64 [N] in 0 .. V
+  in  s: f32 [1] in 0 .. 4
+  out y: f32 [N]
+  y[i] = a[i] * b[i] + f32(idx[i]) + s[0]
+  baseline a * b + idx.float() + s[0]
+  tolerance f32(rtol=1e-5, atol=1e-5)
+  test  N in 1..64, V in 1..9
+  bench N=4096, V=7
+"""
+    op = spec.parse_text(text, "t.kspec").ops[0]
+    sizes = {"N": 4096, "V": 7}
+    g = torch.Generator().manual_seed(0)
+    ins = {"a": torch.rand(4096, generator=g) * 2 - 1, "b": torch.rand(4096, generator=g) * 2 - 1,
+           "idx": torch.randint(0, 7, (4096,), generator=g), "s": torch.tensor([1.5])}
+    outs = [{"y": torch.empty(4096)}]
+    p = timed_calls.plan(op, sizes, "f32", outs, 2, 10, "cpu")
+    assert p.rolled == ["a", "b", "idx", "s"]
+    gaps = {(p.shift("a", c, 4096) - p.shift("b", c, 4096)) % 4096 for c in range(12)}
+    assert len(gaps) > 1
+    values = set()
+    for c in range(12):
+        got = timed_calls.expected_inputs(p, ins, c)
+        assert float(got["a"].abs().max()) <= 1 and float(got["b"].abs().max()) <= 1
+        assert int(got["idx"].min()) >= 0 and int(got["idx"].max()) <= 6
+        assert not torch.equal(torch.sort(got["a"]).values, torch.sort(ins["a"]).values)
+        values.add(float(got["s"][0]))
+    assert values == {1.5, 2.5}  # 1.5 or its mirror 4 - 1.5

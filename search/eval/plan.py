@@ -1,6 +1,7 @@
 """The plan of correctness cases: which shapes, dtypes and seeds a candidate is run on.
 
-Fresh cases from each seed and the spec's edge sizes (every dim at its smallest, and at
+Fresh cases from each seed (drawn from the OS at each evaluation unless the config names
+them) and the spec's edge sizes (every dim at its smallest, and at
 an awkward size), each within ``max_case_elements``; and, whatever that limit says, the
 upper ends of every test range and domain for each dtype (``cases.upper_shapes``): a
 kernel wrong only at sizes the limit would drop (softmax above N=4096, a bag of 2,000
@@ -8,6 +9,7 @@ rows) fails here.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from kdsl import cases, ir, sizes as size_math
@@ -74,11 +76,22 @@ def upper_shapes(op: ir.Op, dts, max_elements: int, interpreted: bool = False
     return [s for s in shapes if not (interpreted and s.label == "all")]
 
 
+def case_seeds(config) -> tuple[int, ...]:
+    """The config's seeds, or as many drawn from the OS as it asks: fixed seeds told which
+    shapes and values every evaluation checks, and a kernel computing those alone (and
+    anything at all elsewhere) was accepted."""
+    if config.seeds is not None:
+        return tuple(config.seeds)
+    rng = random.SystemRandom()
+    return tuple(rng.randrange(1, 1 << 31) for _ in range(config.drawn_seeds))
+
+
 def plan(op: ir.Op, config, interpreted: bool = False) -> list[Planned]:
     dts = chosen_dtypes(op, config.dtypes)
-    first = config.seeds[0] if config.seeds else 0
+    seeds = case_seeds(config)
+    first = seeds[0] if seeds else 0
     out = []
-    for seed in config.seeds:
+    for seed in seeds:
         for s in cases.shapes(op, seed, config.cases_per_dtype, dts):
             if elements(op, s.sizes) <= config.max_case_elements:
                 out.append(Planned(s, seed))

@@ -3,13 +3,16 @@ predict: what makes state kept between calls worthless.
 
 The input sets (two, or one where two do not fit, or up to four for a small point on a
 GPU) take turns, and before every timed call each input without a declared
-domain (float or integer) is set to its pristine values times a factor drawn per element
-and per call: for floats a power of two in {1/2, 1, 2} (exact in every float dtype), for
-integers one of {1, 2, 3}. Every element may change at every call, and by enough to
-reorder values, so an answer kept from an earlier call is wrong for the next one under
-any key, and patching a kept answer where the inputs changed costs the whole
-computation. (An edit of one element a call was beaten by kernels that compared every
-input element with a kept copy and recomputed only the row the edit touched.)
+domain is set to its pristine values times a factor drawn per element and per call: for
+floats a signed power of two in {±1/2, ±1, ±2} (exact in every float dtype), for integers
+one of {±1, ±2, ±3}; a bool input is flipped where a drawn mask says. Every element may
+change at every call, in magnitude and in sign, so an answer kept from an earlier call is
+wrong for the next one under any key, even one blind to order or to magnitudes (a sort
+keyed by its input's sum, a product of signs keyed by the sign pattern, both served from
+a cache before signs moved), and patching a kept answer where the inputs changed costs
+the whole computation. (An edit of one element a call was beaten by kernels that
+compared every input element with a kept copy and recomputed only the row the edit
+touched.)
 
 The judge does all of this in its own process, between the calls: the candidate's process
 is asked for one call at a time (``sandbox.RemoteKernel.time``) and is stopped between
@@ -22,19 +25,23 @@ inputs as they are after the last call must be exactly the pristine ones times t
 call's factors.
 
 An input whose declared domain bounds each element (a value range, ``positive``: indices,
-probabilities, bounded floats) is not scaled, which could leave the domain: its pristine
-values are rotated instead, by a whole number of elements drawn per call (1 .. n - 1),
-so every value stays in the domain and moves. (Without it, an op whose inputs all had
-domains kept the same inputs at every timed call, and an answer kept by their contents
-was right at every checked call.) Offsets, whose elements are bound to each other, keep
-their values.
+probabilities, bounded floats) is not scaled by a signed factor, which could leave the
+domain: its pristine values are rotated by a whole number of elements drawn per call and
+per input (1 .. n - 1), then, for a value range, a drawn subset of them mirrored in the
+range (``lo + hi - x``, ``lo + hi - 1 - x`` for integers: the same distribution, other
+values), and a positive input scaled by {1/2, 1, 2} (integers {1, 2, 3}). Every value
+stays in the domain and the values themselves change, not only their places. (Without
+it, an op whose inputs all had domains kept the same inputs at every timed call; rotated
+only, they kept the same values, and a sort of a bounded vector keyed by its sum was
+served from a cache at 50x, as was a loss over two rotated inputs whose shifts differed
+by a constant.) Offsets, whose elements are bound to each other, keep their values.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
 
-from kdsl import dtypes, ir
+from kdsl import ir
 from kdsl.sizes import shape_of
 
 from . import correctness as corr
@@ -48,6 +55,9 @@ class CallPlan:
     """What one timing request does besides calling: varied inputs, outputs kept."""
     names: list = field(default_factory=list)      # the varied inputs (scaled)
     rolled: list = field(default_factory=list)     # the inputs rotated (bounded domains)
+    bounds: dict = field(default_factory=dict)     # rolled name -> (lo, hi) of its value
+                                                   # range, None for a positive one
+    shifts: dict = field(default_factory=dict)     # rolled name -> its shift at each call
     seed: int = 0                                  # of the factor sequences
     offsets: list = field(default_factory=list)    # per call: the window's offset
     snap_at: dict = field(default_factory=dict)    # set index -> call index kept
@@ -63,10 +73,10 @@ class CallPlan:
         return self.names + self.rolled
 
     def shift(self, name: str, call: int, n: int) -> int:
-        """How far rotated input ``name`` (``n`` elements) is rotated at ``call``: 1 .. n-1,
-        from the plan's seed and the call's offset (distinct calls, distinct offsets)."""
-        k = self.rolled.index(name)
-        return 1 + (self.seed // 7 + self.offsets[call] * 1_000_003 + 7919 * k) % (n - 1)
+        """How far rotated input ``name`` (``n`` elements) is rotated at ``call``: drawn per
+        input and per call (two inputs' shifts drawn from one sequence moved together, and
+        a loss of two rotated inputs had one answer per set); 0 for a single element."""
+        return self.shifts[name][call] % n if n > 1 else 0
 
     def buffer(self, call: int) -> int:
         return call % self.buffers
@@ -76,23 +86,31 @@ class CallPlan:
 
 
 def varied_inputs(op: ir.Op, sizes: dict[str, int], dtype: str) -> list[str]:
-    """The inputs without a declared domain, float or integer, of two elements or more."""
-    return [t.name for t in op.inputs if t.domain is None and _several(op, t.name, sizes)
-            and dtypes.kind(op.dtype_of(t.name, dtype)) in ("float", "int")]
+    """The inputs without a declared domain (float, integer or bool) with an element."""
+    return [t.name for t in op.inputs if t.domain is None and _any(op, t.name, sizes)]
 
 
 def rolled_inputs(op: ir.Op, sizes: dict[str, int]) -> list[str]:
-    """The inputs whose domain bounds each element (a value range, ``positive``), of two
-    elements or more: rotated between calls, which keeps every value in the domain."""
+    """The inputs whose domain bounds each element (a value range, ``positive``) with an
+    element: rotated, mirrored or scaled between calls, each value kept in the domain."""
     return [t.name for t in op.inputs if isinstance(t.domain, (ir.ValueRange, ir.Positive))
-            and _several(op, t.name, sizes)]
+            and _any(op, t.name, sizes)]
 
 
-def _several(op: ir.Op, name: str, sizes: dict[str, int]) -> bool:
+def _any(op: ir.Op, name: str, sizes: dict[str, int]) -> bool:
     n = 1
     for d in shape_of(op, name, sizes):
         n *= d
-    return n >= 2
+    return n >= 1
+
+
+def domain_bounds(op: ir.Op, name: str, sizes: dict[str, int]) -> tuple | None:
+    """A value range's (lo, hi) at ``sizes`` (None: a positive domain)."""
+    d = op.tensor(name).domain
+    if not isinstance(d, ir.ValueRange):
+        return None
+    from kdsl.cases import domain_bound
+    return (domain_bound(d.lo, sizes), domain_bound(d.hi, sizes))
 
 
 def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup: int,
@@ -113,7 +131,10 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
     # requests of ten calls)
     offsets = rng.sample(range(SPREAD), calls) if calls <= SPREAD else \
         [rng.randrange(SPREAD) for _ in range(calls)]
-    p = CallPlan(varied_inputs(op, sizes, dtype), rolled_inputs(op, sizes),
+    rolled = rolled_inputs(op, sizes)
+    p = CallPlan(varied_inputs(op, sizes, dtype), rolled,
+                 {n: domain_bounds(op, n, sizes) for n in rolled},
+                 {n: [rng.getrandbits(62) for _ in range(calls)] for n in rolled},
                  rng.getrandbits(62), offsets,
                  pristine=list(pristine or []),
                  buffers=len(outs), bases=len(pristine) if pristine else len(outs))
@@ -145,30 +166,78 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
     return p
 
 
-def factors(seed: int, position: int, like) -> object:
-    """The factor sequence of the ``position``-th varied input: ``WINDOW + SPREAD`` values in
-    ``like``'s dtype on its device, the same in every process for the same seed."""
+def factors(seed: int, position: int, like, signed: bool = True) -> object:
+    """The factor sequence of the ``position``-th changed input: ``WINDOW + SPREAD`` values
+    in ``like``'s dtype on its device, the same in every process for the same seed: for
+    floats {1/2, 1, 2}, for integers {1, 2, 3}, each of either sign where ``signed``; for
+    bools a mask of the elements flipped."""
     import torch
     g = torch.Generator(device=like.device)
     g.manual_seed((seed + 7919 * position) % (1 << 63))
-    draw = torch.randint(0, 3, (WINDOW + SPREAD,), generator=g, device=like.device)
+    n = WINDOW + SPREAD
+    if like.dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g, device=like.device).bool()
+    draw = torch.randint(0, 6 if signed else 3, (n,), generator=g, device=like.device)
+    sign, size = 1 - 2 * (draw // 3), draw % 3
     if like.is_floating_point():
-        return torch.pow(2.0, (draw - 1).to(torch.float32)).to(like.dtype)  # 1/2, 1, 2
-    return (draw + 1).to(like.dtype)  # 1, 2, 3
+        return (sign * torch.pow(2.0, (size - 1).to(torch.float32))).to(like.dtype)
+    return (sign * (size + 1)).to(like.dtype)
+
+
+def mirror_mask(seed: int, position: int, like) -> object:
+    """Which elements of a value-range input are mirrored: ``WINDOW + SPREAD`` bools."""
+    import torch
+    return factors(seed, position, torch.empty(0, dtype=torch.bool, device=like.device))
+
+
+def _windowed(dst, src, sequence, offset: int, step) -> None:
+    """``step(src part, window part, dst part)`` over ``src`` flattened, the window of
+    ``sequence`` at ``offset`` repeated along an input larger than it."""
+    src, dst = src.reshape(-1), dst.view(-1)
+    n = src.numel()
+    if n == 0:
+        return
+    m = min(n, WINDOW)
+    window = sequence[offset:offset + m]
+    whole = n // m * m
+    step(src[:whole].view(-1, m), window, dst[:whole].view(-1, m))
+    if whole < n:
+        step(src[whole:], window[:n - whole], dst[whole:])
+
+
+def _multiply(a, w, out) -> None:
+    import torch
+    torch.mul(a, w, out=out)
+
+
+def _flip(a, w, out) -> None:
+    import torch
+    torch.logical_xor(a, w, out=out)
 
 
 def vary(out, pristine, sequence, offset: int) -> None:
     """``out`` = ``pristine`` times the window of ``sequence`` at ``offset``, elementwise
-    (the window repeated along an input larger than it)."""
+    (flipped where it says, for bools)."""
     import torch
-    src, dst = pristine.reshape(-1), out.view(-1)
-    n = src.numel()
-    m = min(n, WINDOW)
-    window = sequence[offset:offset + m]
-    whole = n // m * m
-    torch.mul(src[:whole].view(-1, m), window, out=dst[:whole].view(-1, m))
-    if whole < n:
-        torch.mul(src[whole:], window[:n - whole], out=dst[whole:])
+    _windowed(out, pristine, sequence, offset,
+              _flip if pristine.dtype == torch.bool else _multiply)
+
+
+def mirror(out, bounds: tuple, mask, offset: int) -> None:
+    """``out``'s elements where the window of ``mask`` says reflected in the value range
+    ``bounds``: ``lo + hi - x`` (floats, clamped to the range against rounding) or
+    ``lo + hi - 1 - x`` (integers, whose range excludes ``hi``), in place."""
+    import torch
+    lo, hi = bounds
+    floats = out.is_floating_point()
+    total = lo + hi if floats else int(lo) + int(hi) - 1
+
+    def step(a, w, o) -> None:
+        m = torch.where(w, total - a, a)
+        if floats:
+            m = m.clamp(lo, hi)
+        o.copy_(m)
+    _windowed(out, out, mask, offset, step)
 
 
 def roll(out, pristine, shift: int) -> None:
@@ -180,17 +249,28 @@ def roll(out, pristine, shift: int) -> None:
 
 
 def change(p: CallPlan, name: str, out, pristine, call: int) -> None:
-    """Input ``name`` as the plan has it at ``call``: scaled or rotated."""
-    if name in p.rolled:
-        roll(out, pristine, p.shift(name, call, pristine.numel()))
-    else:
+    """Input ``name`` as the plan has it at ``call``: scaled (signs too) or flipped; or,
+    with a domain, rotated then mirrored in its range or scaled by positive factors."""
+    if name not in p.rolled:
         vary(out, pristine, sequence(p, name, pristine), p.offsets[call])
+        return
+    roll(out, pristine, p.shift(name, call, pristine.numel()))
+    if p.bounds.get(name) is not None:
+        mirror(out, p.bounds[name], sequence(p, name, pristine), p.offsets[call])
+    else:
+        _windowed(out, out, sequence(p, name, pristine), p.offsets[call], _multiply)
 
 
 def sequence(p: CallPlan, name: str, like) -> object:
-    """The factors of varied input ``name``, made once a plan."""
+    """The factors (or the mirror mask) of changed input ``name``, made once a plan."""
     if name not in p.sequences:
-        p.sequences[name] = factors(p.seed, p.names.index(name), like)
+        if name in p.rolled:
+            position = len(p.names) + p.rolled.index(name)
+            p.sequences[name] = mirror_mask(p.seed, position, like) \
+                if p.bounds.get(name) is not None else \
+                factors(p.seed, position, like, signed=False)
+        else:
+            p.sequences[name] = factors(p.seed, p.names.index(name), like)
     return p.sequences[name]
 
 
