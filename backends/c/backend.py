@@ -52,6 +52,7 @@ from kdsl.backends.lower.select import selections_as_reads
 from kdsl.backends.lower.numerics import stable_exponentials
 from kdsl.backends.lower.common import common_reductions
 from kdsl.backends.lower.factor import factored_sums
+from kdsl.backends.lower.nested import nested_contractions
 from kdsl.backends.lower.scatter import scatter_form, scatters
 from kdsl.backends.lower.stages import hoist_outer_invariant
 from kdsl.backends.base import Built, BuildError, Gene, Genome, Space, Unsupported  # noqa: F401
@@ -233,15 +234,16 @@ def gemm_defaults() -> tuple:
 def canonical(op: ir.Op, packed: bool = False, scatter: bool = False) -> ir.Op:
     """The op as the shared lowering reads it: exponentials in forms that do not overflow
     (``lower.numerics``), a reduction written twice in a statement computed once
-    (``lower.common``), sums of products summed factor by factor (``lower.factor``), prefix and suffix ranged sums as scans (a
+    (``lower.common``), sums of products summed factor by factor (``lower.factor``), a
+    matrix product inside another reduction as an intermediate (``lower.nested``), prefix and suffix ranged sums as scans (a
     suffix sum walked output by output is quadratic), with ``scatter`` a sum over an
     indicator inside a larger right side as an intermediate of its own (``scatter_form``),
     a reduction that skips an outer output index as an intermediate of its own
     (``hoist_outer_invariant``), contraction factors copied into the layout the row
     updates read contiguously, except (``packed``) those of a contraction the packed GEMM
     reads itself, and those of a scatter."""
-    op = factored_sums(common_reductions(ranges_as_scans(selections_as_reads(
-        stable_exponentials(op)))))
+    op = nested_contractions(factored_sums(common_reductions(ranges_as_scans(
+        selections_as_reads(stable_exponentials(op))))))
     if scatter:
         op = scatter_form(op)
     op = hoist_outer_invariant(op)
