@@ -128,3 +128,31 @@ def test_grouped_outputs_need_no_divisibility():
         src = BACKEND.render(op, genome(op, which), "cpu")
         assert "direct convolution" in src
         assert check(op, BACKEND.build(op, src, "cpu").fn, seed=5, per_dtype=12) > 0
+
+
+POOLED = """
+op conv_then_channel_min
+  dims B, CI, CO, H, W, K
+  in  x: f32 [B, CI, H, W]
+  in  w: f32 [CO, CI, K, K]
+  out y: f32 [B, H - K + 1, W - K + 1]
+  c[b, co, oh in 0 .. H - K + 1, ow in 0 .. W - K + 1] = sum(ci, kh, kw) x[b, ci, oh + kh, ow + kw] * w[co, ci, kh, kw]
+  y[b, oh, ow] = tanh(min(co) c[b, co, oh, ow])
+  baseline torch.tanh(torch.min(F.conv2d(x, w), dim=1)[0])
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test  B in 1..2, CI in 1..6, CO in 1..9, H in 3..20, W in 3..20, K in 1..3 where K <= H, K <= W
+  bench B=4, CI=16, CO=32, H=64, W=64, K=3
+"""
+
+
+def test_a_convolution_into_an_intermediate_is_direct():
+    """A model's convolution reduced or pooled right after is an intermediate whose output
+    positions are declared on the left side; the declared ranges (each its whole axis) kept
+    it from the direct kernel, a loop nest re-reading the window for every output channel
+    (a level-2 probe: 0.05-0.5x of eager on five such models)."""
+    from default_kernels import assert_default_kernel_correct
+    op = spec.parse_text(POOLED, "pooled.kspec").ops[0]
+    assert "c" in convolutions(op)
+    assert "direct convolution of c" in BACKEND.render(op, BACKEND.space(op, "cpu").default(),
+                                                       "cpu")
+    assert_default_kernel_correct(op, "c", cases_per_dtype=2)

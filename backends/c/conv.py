@@ -182,7 +182,7 @@ def recognise(op: ir.Op, st: ir.Statement) -> Conv | None:
     splits: list = []
     extents: dict = {}
     target = op.tensor(st.target)
-    if _the_sum(st.value) is None or any(st.ranges):
+    if _the_sum(st.value) is None or not _whole_ranges(st, target):
         return None
     if len(op.statements) == 1 and target.role == "out":
         split = split_groups(op)
@@ -230,6 +230,13 @@ def recognise(op: ir.Op, st: ir.Statement) -> Conv | None:
         extents.update({s.tap: ONE for s in spatial if s.tap not in reds})
         return _classify(stmt, st, original, x, w, spatial, outs, reds, dims, extents, splits)
     return None
+
+
+def _whole_ranges(st: ir.Statement, target: ir.Tensor) -> bool:
+    """Every index declared on the left side (an intermediate's output positions,
+    ``c[b, co, oh in 0 .. H - K + 1, ...]``) ranges over its whole axis, from 0."""
+    return all(r is None or (r.lo == ZERO and r.hi == target.shape[q])
+               for q, r in enumerate(st.ranges))
 
 
 def _spatial_factor(op, f, outs, reds, dims, idx):
