@@ -63,12 +63,14 @@ def jagged(op: ir.Op) -> bool:
     return any(isinstance(t.domain, ir.Offsets) for t in op.inputs)
 
 
-def shapes(op: ir.Op, seed: int, per_dtype: int = 8, dtype_list=None) -> list[Shape]:
+def shapes(op: ir.Op, seed: int, per_dtype: int = 8, dtype_list=None,
+           styles: tuple[str, ...] = STYLES) -> list[Shape]:
+    """``per_dtype`` shapes a dtype, the k-th of style ``styles[k]`` (cycled)."""
     out = []
     for dt in dtype_list or op.dtype_choices:
         for k in range(per_dtype):
             rng = random.Random(f"kdsl-cases:{seed}:{op.hash}:{dt}:{k}")
-            style = STYLES[k % len(STYLES)]
+            style = styles[k % len(styles)]
             sizes = sample(op, rng, style)
             if sizes is None:
                 continue

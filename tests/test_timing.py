@@ -649,26 +649,35 @@ def test_a_small_point_gets_more_input_sets_on_a_gpu(monkeypatch):
     assert timing.input_sets(op, case, "cuda") == 1
 
 
-def test_integer_inputs_without_a_domain_vary_too():
+def test_every_kind_of_input_is_redrawn_between_calls():
+    """Floats without a domain take signed log-uniform factors (positive powers of two kept
+    signs and mantissas: a product of signs and a sort were served from kept answers);
+    integers without a domain have their bits XORed with drawn bits, bools are flipped."""
     from fake_backend import load
     from kdsl.search.eval import timed_calls
     op = load("sort_rows")
     for dtype in op.dtype_choices:
         names = timed_calls.varied_inputs(op, dict(op.bench[0].sizes), dtype)
-        assert names == [t.name for t in op.inputs if t.domain is None], (dtype, names)
-    x = torch.arange(1, 200, dtype=torch.int64)
-    out = torch.empty_like(x)
-    timed_calls.vary(out, x, timed_calls.factors(5, 0, x), 3)
-    ratio = out // x
-    assert set(ratio.tolist()) == {-3, -2, -1, 1, 2, 3}  # signs move too
-    assert torch.equal(out % x, torch.zeros_like(x))
-    f = torch.linspace(0.5, 3.0, 199)
-    timed_calls.vary(f_out := torch.empty_like(f), f, timed_calls.factors(5, 1, f), 7)
-    assert set((f_out / f).tolist()) == {-2.0, -1.0, -0.5, 0.5, 1.0, 2.0}
-    b = torch.zeros(199, dtype=torch.bool)
-    timed_calls.vary(b_out := torch.empty_like(b), b, timed_calls.factors(5, 2, b), 0)
-    assert 0 < int(b_out.sum()) < 199  # a bool input: a drawn subset flipped
-
+        assert names == [t.name for t in op.inputs], (dtype, names)
+    p = timed_calls.CallPlan(["f", "i", "b"], seed=5, offsets=[3, 9])
+    f = torch.linspace(0.5, 3.0, 4096)
+    i = torch.arange(4096, dtype=torch.int64)
+    b = torch.zeros(4096, dtype=torch.bool)
+    for name, x in (("f", f), ("i", i), ("b", b)):
+        out = torch.empty_like(x)
+        timed_calls.change(p, name, out, x, 0)
+        again = torch.empty_like(x)
+        timed_calls.change(p, name, again, x, 0)
+        assert torch.equal(out, again)  # the judge makes a call's inputs again exactly
+        if name == "f":
+            ratio = out / f
+            assert float(ratio.abs().min()) >= 0.5 and float(ratio.abs().max()) < 2.0
+            assert (ratio < 0).any() and (ratio > 0).any()
+            assert len(set(ratio.abs().tolist())) > 1000  # not a handful of exact factors
+        elif name == "i":
+            assert (out != i).float().mean() > 0.99 and (out < 0).any()
+        else:
+            assert 0 < int(out.sum()) < 4096
 
 def test_the_time_is_never_below_the_fastest_checked_call():
     """A kernel honest at a random fraction of its calls passes only when honest at every
@@ -886,10 +895,11 @@ def test_inputs_with_bounded_domains_change_between_calls():
     assert all(float(x.abs().max()) <= 3 for x in seen)
 
 
-def test_rotated_inputs_move_apart_and_mirror_within_their_range():
-    """Two rotated inputs' shifts are drawn apart (from one sequence they kept one offset
-    between them, and a loss over the two had one answer a set); a value range's mirror
-    stays in the range, integers too; a single element still changes."""
+def test_bounded_inputs_are_redrawn_within_their_domain():
+    """A value range's elements move by drawn offsets wrapped into the range (rotated and
+    mirrored, ``lo + hi - x`` being a negation in ``-1 .. 1``, their magnitudes stayed and a
+    sort of them was served from a kept answer); two inputs move apart; a positive input
+    stays positive; a single element changes too."""
     from kdsl.search.eval import timed_calls
     text = """
 op pair
@@ -898,9 +908,10 @@ op pair
   in  b: f32 [N] in -1 .. 1
   in  idx: i64 [N] in 0 .. V
   in  s: f32 [1] in 0 .. 4
+  in  q: f32 [N] positive
   out y: f32 [N]
-  y[i] = a[i] * b[i] + f32(idx[i]) + s[0]
-  baseline a * b + idx.float() + s[0]
+  y[i] = a[i] * b[i] + f32(idx[i]) + s[0] + q[i]
+  baseline a * b + idx.float() + s[0] + q
   tolerance f32(rtol=1e-5, atol=1e-5)
   test  N in 1..64, V in 1..9
   bench N=4096, V=7
@@ -909,17 +920,18 @@ op pair
     sizes = {"N": 4096, "V": 7}
     g = torch.Generator().manual_seed(0)
     ins = {"a": torch.rand(4096, generator=g) * 2 - 1, "b": torch.rand(4096, generator=g) * 2 - 1,
-           "idx": torch.randint(0, 7, (4096,), generator=g), "s": torch.tensor([1.5])}
-    outs = [{"y": torch.empty(4096)}]
-    p = timed_calls.plan(op, sizes, "f32", outs, 2, 10, "cpu")
-    assert p.rolled == ["a", "b", "idx", "s"]
-    gaps = {(p.shift("a", c, 4096) - p.shift("b", c, 4096)) % 4096 for c in range(12)}
-    assert len(gaps) > 1
-    values = set()
+           "idx": torch.randint(0, 7, (4096,), generator=g), "s": torch.tensor([1.5]),
+           "q": torch.rand(4096, generator=g) + 0.1}
+    p = timed_calls.plan(op, sizes, "f32", [{"y": torch.empty(4096)}], 2, 10, "cpu")
+    assert p.names == ["a", "b", "idx", "s", "q"] and p.positive == ["q"]
+    seen = set()
     for c in range(12):
         got = timed_calls.expected_inputs(p, ins, c)
         assert float(got["a"].abs().max()) <= 1 and float(got["b"].abs().max()) <= 1
         assert int(got["idx"].min()) >= 0 and int(got["idx"].max()) <= 6
-        assert not torch.equal(torch.sort(got["a"]).values, torch.sort(ins["a"]).values)
-        values.add(float(got["s"][0]))
-    assert values == {1.5, 2.5}  # 1.5 or its mirror 4 - 1.5
+        assert 0 <= float(got["s"][0]) <= 4 and float(got["q"].min()) > 0
+        mags = torch.sort(got["a"].abs()).values
+        assert not torch.equal(mags, torch.sort(ins["a"].abs()).values)
+        assert not torch.allclose(got["a"] - ins["a"], got["b"] - ins["b"])
+        seen.add(float(got["s"][0]))
+    assert len(seen) > 1

@@ -2,17 +2,26 @@
 predict: what makes state kept between calls worthless.
 
 The input sets (two, or one where two do not fit, or up to four for a small point on a
-GPU) take turns, and before every timed call each input without a declared
-domain is set to its pristine values times a factor drawn per element and per call: for
-floats a signed power of two in {±1/2, ±1, ±2} (exact in every float dtype), for integers
-one of {±1, ±2, ±3}; a bool input is flipped where a drawn mask says. Every element may
-change at every call, in magnitude and in sign, so an answer kept from an earlier call is
-wrong for the next one under any key, even one blind to order or to magnitudes (a sort
-keyed by its input's sum, a product of signs keyed by the sign pattern, both served from
-a cache before signs moved), and patching a kept answer where the inputs changed costs
-the whole computation. (An edit of one element a call was beaten by kernels that
-compared every input element with a kept copy and recomputed only the row the edit
-touched.)
+GPU) take turns, and before every timed call every input but offsets is redrawn from its
+pristine values, element by element, with numbers drawn per element and per call that
+the candidate never sees (``change``):
+
+- a float without a domain: times a factor log-uniform in [1/2, 2), of either sign;
+- an integer without a domain: its bits XORed with drawn bits (the same uniform
+  distribution over the type); a bool: flipped where a drawn mask says;
+- a value range ``lo .. hi``: moved by a drawn offset in [0, hi - lo), wrapped into the
+  range (a uniform value stays uniform, every value stays in the range);
+- a positive input: times a factor log-uniform in [1/2, 2) (integers: 1, 2 or 3).
+
+So each call's inputs are new values, not the old ones moved: an answer kept from an
+earlier call is wrong for the next one under any key, and no cheap edit of a kept answer
+makes it right. (Each of these was beaten in turn: an edit of one element a call, by a
+kernel recomputing only the row the edit touched; positive powers of two, by a product of
+signs cached by the sign pattern; bounded inputs only rotated, by a sort cached by the
+input's sum; rotated and mirrored, ``lo + hi - x`` being a negation in ``-1 .. 1``, by a
+sort of magnitudes cached by a sign-blind sum, and by a sort patched in linear time from
+the kept order, the transforms being exact and invertible.) Offsets, whose elements are
+bound to each other, keep their values.
 
 The judge does all of this in its own process, between the calls: the candidate's process
 is asked for one call at a time (``sandbox.RemoteKernel.time``) and is stopped between
@@ -21,20 +30,8 @@ a kept call from another before it is made, nor forge its inputs. The judge draw
 seed, the offsets of the window into each factor sequence and, for every set, one timed
 call whose outputs it copies aside once that call has returned. It computes each set's
 inputs as they were at that call, the float64 oracle of them, and compares; and the
-inputs as they are after the last call must be exactly the pristine ones times the last
-call's factors.
-
-An input whose declared domain bounds each element (a value range, ``positive``: indices,
-probabilities, bounded floats) is not scaled by a signed factor, which could leave the
-domain: its pristine values are rotated by a whole number of elements drawn per call and
-per input (1 .. n - 1), then, for a value range, a drawn subset of them mirrored in the
-range (``lo + hi - x``, ``lo + hi - 1 - x`` for integers: the same distribution, other
-values), and a positive input scaled by {1/2, 1, 2} (integers {1, 2, 3}). Every value
-stays in the domain and the values themselves change, not only their places. (Without
-it, an op whose inputs all had domains kept the same inputs at every timed call; rotated
-only, they kept the same values, and a sort of a bounded vector keyed by its sum was
-served from a cache at 50x, as was a loss over two rotated inputs whose shifts differed
-by a constant.) Offsets, whose elements are bound to each other, keep their values.
+inputs as they are after the last call must be exactly the pristine ones as the last
+call redrew them.
 """
 from __future__ import annotations
 
@@ -46,19 +43,17 @@ from kdsl.sizes import shape_of
 
 from . import correctness as corr
 
-WINDOW = 1 << 20   # factors per window: a larger input repeats the window along it
+WINDOW = 1 << 20   # draws per window: a larger input repeats the window along it
 SPREAD = 1 << 12   # offsets of the window into its sequence
 
 
 @dataclass
 class CallPlan:
     """What one timing request does besides calling: varied inputs, outputs kept."""
-    names: list = field(default_factory=list)      # the varied inputs (scaled)
-    rolled: list = field(default_factory=list)     # the inputs rotated (bounded domains)
-    bounds: dict = field(default_factory=dict)     # rolled name -> (lo, hi) of its value
-                                                   # range, None for a positive one
-    shifts: dict = field(default_factory=dict)     # rolled name -> its shift at each call
-    seed: int = 0                                  # of the factor sequences
+    names: list = field(default_factory=list)      # the changed inputs
+    bounds: dict = field(default_factory=dict)     # name -> (lo, hi) of its value range
+    positive: list = field(default_factory=list)   # the positive ones
+    seed: int = 0                                  # of the drawn sequences
     offsets: list = field(default_factory=list)    # per call: the window's offset
     snap_at: dict = field(default_factory=dict)    # set index -> call index kept
     snaps: dict = field(default_factory=dict)      # set index -> output tensors (the copies)
@@ -69,14 +64,8 @@ class CallPlan:
 
     @property
     def changed(self) -> list:
-        """Every input changed between calls, scaled or rotated."""
-        return self.names + self.rolled
-
-    def shift(self, name: str, call: int, n: int) -> int:
-        """How far rotated input ``name`` (``n`` elements) is rotated at ``call``: drawn per
-        input and per call (two inputs' shifts drawn from one sequence moved together, and
-        a loss of two rotated inputs had one answer per set); 0 for a single element."""
-        return self.shifts[name][call] % n if n > 1 else 0
+        """Every input changed between calls."""
+        return self.names
 
     def buffer(self, call: int) -> int:
         return call % self.buffers
@@ -86,15 +75,10 @@ class CallPlan:
 
 
 def varied_inputs(op: ir.Op, sizes: dict[str, int], dtype: str) -> list[str]:
-    """The inputs without a declared domain (float, integer or bool) with an element."""
-    return [t.name for t in op.inputs if t.domain is None and _any(op, t.name, sizes)]
-
-
-def rolled_inputs(op: ir.Op, sizes: dict[str, int]) -> list[str]:
-    """The inputs whose domain bounds each element (a value range, ``positive``) with an
-    element: rotated, mirrored or scaled between calls, each value kept in the domain."""
-    return [t.name for t in op.inputs if isinstance(t.domain, (ir.ValueRange, ir.Positive))
-            and _any(op, t.name, sizes)]
+    """The inputs changed between calls: all but offsets (whose elements are bound to
+    each other) and empty ones."""
+    return [t.name for t in op.inputs if not isinstance(t.domain, ir.Offsets) and
+            _any(op, t.name, sizes)]
 
 
 def _any(op: ir.Op, name: str, sizes: dict[str, int]) -> bool:
@@ -105,7 +89,7 @@ def _any(op: ir.Op, name: str, sizes: dict[str, int]) -> bool:
 
 
 def domain_bounds(op: ir.Op, name: str, sizes: dict[str, int]) -> tuple | None:
-    """A value range's (lo, hi) at ``sizes`` (None: a positive domain)."""
+    """A value range's (lo, hi) at ``sizes`` (None: no value range)."""
     d = op.tensor(name).domain
     if not isinstance(d, ir.ValueRange):
         return None
@@ -131,10 +115,10 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
     # requests of ten calls)
     offsets = rng.sample(range(SPREAD), calls) if calls <= SPREAD else \
         [rng.randrange(SPREAD) for _ in range(calls)]
-    rolled = rolled_inputs(op, sizes)
-    p = CallPlan(varied_inputs(op, sizes, dtype), rolled,
-                 {n: domain_bounds(op, n, sizes) for n in rolled},
-                 {n: [rng.getrandbits(62) for _ in range(calls)] for n in rolled},
+    names = varied_inputs(op, sizes, dtype)
+    bounds = {n: domain_bounds(op, n, sizes) for n in names}
+    p = CallPlan(names, {n: b for n, b in bounds.items() if b is not None},
+                 [n for n in names if isinstance(op.tensor(n).domain, ir.Positive)],
                  rng.getrandbits(62), offsets,
                  pristine=list(pristine or []),
                  buffers=len(outs), bases=len(pristine) if pristine else len(outs))
@@ -166,28 +150,34 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
     return p
 
 
-def factors(seed: int, position: int, like, signed: bool = True) -> object:
-    """The factor sequence of the ``position``-th changed input: ``WINDOW + SPREAD`` values
-    in ``like``'s dtype on its device, the same in every process for the same seed: for
-    floats {1/2, 1, 2}, for integers {1, 2, 3}, each of either sign where ``signed``; for
-    bools a mask of the elements flipped."""
+def draws(seed: int, position: int, like, kind: str, bounds: tuple | None = None) -> object:
+    """The ``position``-th changed input's sequence: ``WINDOW + SPREAD`` numbers drawn on
+    ``like``'s device, the same in every process for the same seed. ``kind``: 'factor'
+    (log-uniform in [1/2, 2), either sign), 'positive' (the same, positive; integers
+    1, 2 or 3), 'bits' (an
+    integer type's whole range, or a bool's), 'offset' (in [0, hi - lo) of ``bounds``)."""
     import torch
     g = torch.Generator(device=like.device)
     g.manual_seed((seed + 7919 * position) % (1 << 63))
-    n = WINDOW + SPREAD
-    if like.dtype == torch.bool:
-        return torch.randint(0, 2, (n,), generator=g, device=like.device).bool()
-    draw = torch.randint(0, 6 if signed else 3, (n,), generator=g, device=like.device)
-    sign, size = 1 - 2 * (draw // 3), draw % 3
+    n, dev = WINDOW + SPREAD, like.device
+    if kind == "positive" and not like.is_floating_point():
+        return torch.randint(1, 4, (n,), generator=g, device=dev, dtype=like.dtype)
+    if kind in ("factor", "positive"):
+        f = torch.pow(4.0, torch.rand(n, generator=g, device=dev)) * 0.5
+        if kind == "factor":
+            f = f * (1 - 2 * torch.randint(0, 2, (n,), generator=g, device=dev))
+        return f.to(like.dtype)
+    if kind == "bits":
+        if like.dtype == torch.bool:
+            return torch.randint(0, 2, (n,), generator=g, device=dev).bool()
+        info = torch.iinfo(like.dtype)
+        return torch.randint(info.min, info.max, (n,), generator=g, device=dev,
+                             dtype=like.dtype)
+    lo, hi = bounds
     if like.is_floating_point():
-        return (sign * torch.pow(2.0, (size - 1).to(torch.float32))).to(like.dtype)
-    return (sign * (size + 1)).to(like.dtype)
-
-
-def mirror_mask(seed: int, position: int, like) -> object:
-    """Which elements of a value-range input are mirrored: ``WINDOW + SPREAD`` bools."""
-    import torch
-    return factors(seed, position, torch.empty(0, dtype=torch.bool, device=like.device))
+        return torch.rand(n, generator=g, device=dev, dtype=torch.float64) * (hi - lo)
+    return torch.randint(0, max(int(hi) - int(lo), 1), (n,), generator=g, device=dev,
+                         dtype=like.dtype)
 
 
 def _windowed(dst, src, sequence, offset: int, step) -> None:
@@ -210,67 +200,49 @@ def _multiply(a, w, out) -> None:
     torch.mul(a, w, out=out)
 
 
-def _flip(a, w, out) -> None:
+def _xor(a, w, out) -> None:
     import torch
-    torch.logical_xor(a, w, out=out)
+    torch.bitwise_xor(a, w, out=out)
 
 
-def vary(out, pristine, sequence, offset: int) -> None:
-    """``out`` = ``pristine`` times the window of ``sequence`` at ``offset``, elementwise
-    (flipped where it says, for bools)."""
-    import torch
-    _windowed(out, pristine, sequence, offset,
-              _flip if pristine.dtype == torch.bool else _multiply)
-
-
-def mirror(out, bounds: tuple, mask, offset: int) -> None:
-    """``out``'s elements where the window of ``mask`` says reflected in the value range
-    ``bounds``: ``lo + hi - x`` (floats, clamped to the range against rounding) or
-    ``lo + hi - 1 - x`` (integers, whose range excludes ``hi``), in place."""
+def _wrap(bounds: tuple):
+    """Moving a value-range element by its offset, wrapped into ``lo .. hi``."""
     import torch
     lo, hi = bounds
-    floats = out.is_floating_point()
-    total = lo + hi if floats else int(lo) + int(hi) - 1
 
-    def step(a, w, o) -> None:
-        m = torch.where(w, total - a, a)
-        if floats:
-            m = m.clamp(lo, hi)
-        o.copy_(m)
-    _windowed(out, out, mask, offset, step)
+    def step(a, w, out) -> None:
+        if out.is_floating_point():
+            v = a.to(torch.float64) + w
+            v = torch.where(v > hi, v - (hi - lo), v).clamp(lo, hi)
+        else:
+            v = (a - int(lo) + w) % max(int(hi) - int(lo), 1) + int(lo)
+        out.copy_(v)
+    return step
 
 
-def roll(out, pristine, shift: int) -> None:
-    """``out`` = ``pristine`` rotated by ``shift`` elements (flattened)."""
-    src, dst = pristine.reshape(-1), out.view(-1)
-    n = src.numel()
-    dst[:n - shift].copy_(src[shift:])
-    dst[n - shift:].copy_(src[:shift])
+def kind_of(p: CallPlan, name: str, like) -> str:
+    """How changed input ``name`` is redrawn (see ``draws``)."""
+    if name in p.bounds:
+        return "offset"
+    if name in p.positive:
+        return "positive"
+    return "factor" if like.is_floating_point() else "bits"
 
 
 def change(p: CallPlan, name: str, out, pristine, call: int) -> None:
-    """Input ``name`` as the plan has it at ``call``: scaled (signs too) or flipped; or,
-    with a domain, rotated then mirrored in its range or scaled by positive factors."""
-    if name not in p.rolled:
-        vary(out, pristine, sequence(p, name, pristine), p.offsets[call])
-        return
-    roll(out, pristine, p.shift(name, call, pristine.numel()))
-    if p.bounds.get(name) is not None:
-        mirror(out, p.bounds[name], sequence(p, name, pristine), p.offsets[call])
-    else:
-        _windowed(out, out, sequence(p, name, pristine), p.offsets[call], _multiply)
+    """Input ``name`` as the plan has it at ``call``: its pristine values redrawn element by
+    element with the call's window of its sequence (the module doc)."""
+    kind = kind_of(p, name, pristine)
+    step = _wrap(p.bounds[name]) if kind == "offset" else \
+        _xor if kind == "bits" else _multiply
+    _windowed(out, pristine, sequence(p, name, pristine), p.offsets[call], step)
 
 
 def sequence(p: CallPlan, name: str, like) -> object:
-    """The factors (or the mirror mask) of changed input ``name``, made once a plan."""
+    """The drawn numbers of changed input ``name``, made once a plan."""
     if name not in p.sequences:
-        if name in p.rolled:
-            position = len(p.names) + p.rolled.index(name)
-            p.sequences[name] = mirror_mask(p.seed, position, like) \
-                if p.bounds.get(name) is not None else \
-                factors(p.seed, position, like, signed=False)
-        else:
-            p.sequences[name] = factors(p.seed, p.names.index(name), like)
+        p.sequences[name] = draws(p.seed, p.names.index(name), like, kind_of(p, name, like),
+                                  p.bounds.get(name))
     return p.sequences[name]
 
 
