@@ -83,14 +83,14 @@ def compare(op: ir.Op, dtype: str, got: dict[str, np.ndarray], ref: dict[str, np
             bad = _compare_exact(g, r, int_slack(op, t.name))
         else:
             g = g.astype(np.float64)
-            bad = _compare_close(g, r, *_tolerance(op, dtype, t.name),
+            bad = _compare_close(g, r, *tolerance(op, dtype, t.name),
                                  rounded=rounds_to_infinity(op, dtype, t.name, g, r))
         if bad is not None:
             return Mismatch(t.name, bad)
     return None
 
 
-def _tolerance(op: ir.Op, dtype: str, output: str) -> tuple[float, float]:
+def tolerance(op: ir.Op, dtype: str, output: str) -> tuple[float, float]:
     """(rtol, atol) for a float output: the op's dtype's entry, else the output's own dtype's
     (an integer dtype variable has no entry; the checker made every float dtype have one)."""
     if op.tolerance.exact:
@@ -113,7 +113,7 @@ def rounds_to_infinity(op: ir.Op, dtype: str, output: str, g, r) -> np.ndarray:
     overflow = _overflow(op, dtype, output)
     if not np.isfinite(overflow):
         return np.zeros(np.shape(g), dtype=bool)
-    rtol, atol = _tolerance(op, dtype, output)
+    rtol, atol = tolerance(op, dtype, output)
     with np.errstate(invalid="ignore", over="ignore"):
         near = np.abs(r) + atol + rtol * np.abs(r) >= overflow
     return near & np.isinf(g) & (np.sign(g) == np.sign(r))

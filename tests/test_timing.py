@@ -935,3 +935,34 @@ op pair
         assert not torch.allclose(got["a"] - ins["a"], got["b"] - ins["b"])
         seen.add(float(got["s"][0]))
     assert len(seen) > 1
+
+
+def test_an_op_named_by_a_bool_input_is_judged_by_its_outputs_tolerance():
+    """An op's dtype is its first input's: a bool mask there had the bench check ask the
+    tolerance table for 'bool' (a KeyError that failed every kernel of such an op); the
+    bench check takes the output's own dtype's entry, as the correctness check does. Its
+    bool, f16 and i32 inputs are redrawn between calls too."""
+    from kdsl.backends import get
+    from kdsl.search.eval import timed_calls
+    text = """
+op masked_pick
+  dims N
+  in  m: bool [N]
+  in  h: f16 [N] in -1 .. 1
+  in  k: i32 [N]
+  out y: f32 [N]
+  y[i] = where(m[i], f32(h[i]), f32(k[i] % 7))
+  baseline torch.where(m, h.float(), (k % 7).float())
+  tolerance f32(rtol=1e-3, atol=1e-3) f16(rtol=1e-3, atol=1e-3)
+  test  N in 1..64
+  bench cpu: N=4096
+"""
+    op = spec.parse_text(text, "t.kspec").ops[0]
+    assert op.dtype_choices == ("bool",)
+    be = get("numpy")
+    built = be.build(op, be.render(op, be.space(op, "cpu").default(), "cpu"), "cpu")
+    t = timing.measure(op, built.fn, CONFIG, timer=FakeTimer([1.0] * 5, [1.0] * 5),
+                       bandwidth=1e9, baselines={})
+    assert t.message is None
+    p = timed_calls.plan(op, {"N": 4096}, "bool", [{"y": torch.empty(4096)}], 1, 3, "cpu")
+    assert p.names == ["m", "h", "k"]

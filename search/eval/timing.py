@@ -463,7 +463,10 @@ def _close(op: ir.Op, dtype: str, g, r, name: str = "") -> tuple[bool, float]:
         if not slack:
             return bool((g.long() == r.long()).all()), 0.0
         return bool(((g.double() - r.double()).abs() <= slack).all()), 0.0
-    rtol, atol = op.tolerance.for_dtype(dtype)
+    # the op's dtype's tolerance, else the output's own (an op whose first input, which
+    # names its dtype, is a bool mask has no tolerance for 'bool': a KeyError here)
+    from kdsl.compare import tolerance
+    rtol, atol = tolerance(op, dtype, name)
     wide = _judged_in(r.dtype if r.is_floating_point() else g.dtype, g.dtype)
     gw, rw = g.to(wide), r.to(wide)
     diff = torch.sub(gw, rw).abs_()
