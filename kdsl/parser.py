@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
@@ -49,6 +50,13 @@ def _loc(meta_or_token) -> ir.Loc:
     if line is None:
         return ir.NO_LOC
     return ir.Loc(line, col)
+
+
+@dataclass(frozen=True)
+class _Bodiless(ir.Call):
+    """``sum(j)`` with no body yet. In ``sum(j) -x[i, j]`` the grammar reads the minus as a
+    subtraction from a call (the same tokens are ``f(a) - b``), so ``binary`` makes the
+    reduction of ``-x[i, j]`` from it; one left anywhere else is an error (``statement``)."""
 
 
 class _Invalid(Exception):
@@ -97,7 +105,24 @@ class _ToIR(Transformer):
         return ir.Unary("not", c[0], _loc(meta))
 
     def binary(self, meta, c):
+        if str(c[1]) == "-":
+            negated = self._negated_body(c[0], ir.Unary("neg", c[2], _loc(c[1])))
+            if negated is not None:
+                return negated
         return ir.Binary(str(c[1]), c[0], c[2], _loc(c[1]))
+
+    def _negated_body(self, left, body):
+        """``left - x`` where ``left`` ends in a reduction with no body yet (``sum(j) -x``,
+        ``a * sum(j) -x``): that reduction of ``body`` (``-x``, extending over a product as
+        any body does), in its place; None where ``left`` ends otherwise."""
+        if isinstance(left, _Bodiless) or (
+                isinstance(left, ir.Call) and left.fn in REDUCTIONS and len(left.args) == 1
+                and isinstance(left.args[0], ir.Name)):  # max(j) alone: no elementwise max
+            return self._bound_form(left.fn, left.loc, left.args, body)
+        if isinstance(left, ir.Binary) and left.op not in ("and", "or"):
+            right = self._negated_body(left.right, body)
+            return None if right is None else ir.Binary(left.op, left.left, right, left.loc)
+        return None
 
     def compare(self, meta, c):
         return ir.Binary(str(c[1]), c[0], c[2], _loc(c[1]))
@@ -118,14 +143,12 @@ class _ToIR(Transformer):
         fn_tok, *rest = c
         fn, loc = str(fn_tok), _loc(fn_tok)
         args = tuple(a for a in rest if a is not None)
+        if fn in REDUCTIONS + SCANS + COLLECTIVES and fn not in ELEMENTWISE:
+            return _Bodiless(fn, args, loc)
         for a in args:
             if isinstance(a, ir.IndexRange):
                 raise _Invalid(a.loc, f"'{a.name} in ..' ranges belong to a reduction, "
                                       f"but '{fn}(...)' has no body after it")
-        if fn in REDUCTIONS + SCANS + COLLECTIVES and fn not in ELEMENTWISE:
-            raise _Invalid(loc, f"'{fn}(...)' needs a body after it, like {fn}(j) x[i, j] "
-                                f"(a body that starts with a minus sign goes in parentheses: "
-                                f"{fn}(j) (-x[i, j]), or the sign before it: -{fn}(j) x[i, j])")
         return ir.Call(fn, args, loc)
 
     def reduction(self, meta, c):
@@ -206,6 +229,10 @@ class _ToIR(Transformer):
     def statement(self, meta, c):
         target, *rest = c
         value = rest[-1]
+        for e in (x for part in rest if isinstance(part, ir.Expr) for x in ir.walk(part)):
+            if isinstance(e, _Bodiless):
+                raise _Invalid(e.loc, f"'{e.fn}(...)' needs a body after it, like "
+                                      f"{e.fn}(j) x[i, j]")
         subs = [s for s in rest[:-1] if s is not None]
         try:  # ``y[n, g * (C // G) + k] = ...``: one index of that axis, g and k read from it
             subs, value = split_index.split(subs, value)

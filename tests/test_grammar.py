@@ -128,9 +128,23 @@ def test_expression_ir(source, tree):
     assert expr(source) == tree
 
 
-def test_reduction_body_cannot_start_with_minus():
+@pytest.mark.parametrize("written,meant", [
+    ("sum(j) -t[j] * log(p[j])", "sum(j) (-(t[j] * log(p[j])))"),
+    ("max(j) -x[j] + 1", "max(j) (-x[j]) + 1"),
+    ("2 * mean(j) -x[j]", "2 * mean(j) (-x[j])"),
+    ("a - sum(j) -x[j]", "a - sum(j) (-x[j])"),
+    ("argsort(j) -x[j]", "argsort(j) (-x[j])"),
+    ("max(a, b) - c", "max(a, b) - c"),
+])
+def test_a_reduction_body_may_start_with_minus(written, meant):
+    """The grammar reads ``sum(j) -x`` as a call minus a term (the tokens of ``f(a) - b``);
+    the parser makes it the reduction of the negated term, as an outsider means it."""
+    assert expr(written) == expr(meant)
+
+
+def test_a_reduction_left_without_a_body_is_an_error():
     with pytest.raises(SpecError) as info:
-        expr("argsort(j) -x")
+        expr("3 + argsort(j)")
     assert "'argsort(...)' needs a body after it" in info.value.diagnostics[0].message
 
 
