@@ -175,7 +175,8 @@ def draws(seed: int, position: int, like, kind: str, bounds: tuple | None = None
                              dtype=like.dtype)
     lo, hi = bounds
     if like.is_floating_point():
-        return torch.rand(n, generator=g, device=dev, dtype=torch.float64) * (hi - lo)
+        wide = torch.float64 if like.dtype == torch.float64 else torch.float32
+        return torch.rand(n, generator=g, device=dev, dtype=wide) * (hi - lo)
     return torch.randint(0, max(int(hi) - int(lo), 1), (n,), generator=g, device=dev,
                          dtype=like.dtype)
 
@@ -206,17 +207,25 @@ def _xor(a, w, out) -> None:
 
 
 def _wrap(bounds: tuple):
-    """Moving a value-range element by its offset, wrapped into ``lo .. hi``."""
+    """Moving a value-range element by its offset, wrapped into ``lo .. hi``, a window's
+    row at a time (its temporaries stay a window's size, not the input's)."""
     import torch
     lo, hi = bounds
 
-    def step(a, w, out) -> None:
+    def row(a, w, out) -> None:
         if out.is_floating_point():
-            v = a.to(torch.float64) + w
+            v = a.to(w.dtype) + w
             v = torch.where(v > hi, v - (hi - lo), v).clamp(lo, hi)
         else:
             v = (a - int(lo) + w) % max(int(hi) - int(lo), 1) + int(lo)
         out.copy_(v)
+
+    def step(a, w, out) -> None:
+        if a.dim() == 1:
+            row(a, w, out)
+            return
+        for r in range(a.shape[0]):
+            row(a[r], w, out[r])
     return step
 
 
