@@ -966,3 +966,22 @@ op masked_pick
     assert t.message is None
     p = timed_calls.plan(op, {"N": 4096}, "bool", [{"y": torch.empty(4096)}], 1, 3, "cpu")
     assert p.names == ["m", "h", "k"]
+
+
+def test_the_draws_do_not_repeat_along_a_large_input():
+    """An input longer than a window: with one window repeated along it, elements a window
+    apart kept their ratio at every call, and a column sum learned it once and read a
+    sixteenth of its input; two halves of coprime periods make every element's number its
+    own, and two calls' numbers no shifted copies of each other."""
+    from kdsl.search.eval import timed_calls
+    w = timed_calls.WINDOW
+    p = timed_calls.CallPlan(["x"], seed=11, offsets=[5, 900], second=[7, 3000])
+    x = torch.rand(2 * w + 5) + 0.5
+    first, second = torch.empty_like(x), torch.empty_like(x)
+    timed_calls.change(p, "x", first, x, 0)
+    timed_calls.change(p, "x", second, x, 1)
+    f = first / x
+    assert float((f[w:2 * w] == f[:w]).float().mean()) < 1e-3
+    assert float(((first[w:2 * w] / first[:w]) == (second[w:2 * w] / second[:w]))
+                 .float().mean()) < 1e-3
+    assert 0.5 <= float(f.abs().min()) and float(f.abs().max()) < 2.0

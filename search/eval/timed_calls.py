@@ -20,8 +20,11 @@ kernel recomputing only the row the edit touched; positive powers of two, by a p
 signs cached by the sign pattern; bounded inputs only rotated, by a sort cached by the
 input's sum; rotated and mirrored, ``lo + hi - x`` being a negation in ``-1 .. 1``, by a
 sort of magnitudes cached by a sign-blind sum, and by a sort patched in linear time from
-the kept order, the transforms being exact and invertible.) Offsets, whose elements are
-bound to each other, keep their values.
+the kept order, the transforms being exact and invertible; one window of numbers repeated
+along a large input, by a column sum that learned once the ratios of elements a window
+apart.) Each element's number combines two drawn sequences of coprime periods
+(``draws``), so none repeats along an input. Offsets, whose elements are bound to each
+other, keep their values.
 
 The judge does all of this in its own process, between the calls: the candidate's process
 is asked for one call at a time (``sandbox.RemoteKernel.time``) and is stopped between
@@ -54,7 +57,8 @@ class CallPlan:
     bounds: dict = field(default_factory=dict)     # name -> (lo, hi) of its value range
     positive: list = field(default_factory=list)   # the positive ones
     seed: int = 0                                  # of the drawn sequences
-    offsets: list = field(default_factory=list)    # per call: the window's offset
+    offsets: list = field(default_factory=list)    # per call: the first half's offset
+    second: list = field(default_factory=list)     # per call: the second half's offset
     snap_at: dict = field(default_factory=dict)    # set index -> call index kept
     snaps: dict = field(default_factory=dict)      # set index -> output tensors (the copies)
     sequences: dict = field(default_factory=dict)  # name -> its factors, made once
@@ -119,7 +123,7 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
     bounds = {n: domain_bounds(op, n, sizes) for n in names}
     p = CallPlan(names, {n: b for n, b in bounds.items() if b is not None},
                  [n for n in names if isinstance(op.tensor(n).domain, ir.Positive)],
-                 rng.getrandbits(62), offsets,
+                 rng.getrandbits(62), offsets, [rng.randrange(SPREAD) for _ in range(calls)],
                  pristine=list(pristine or []),
                  buffers=len(outs), bases=len(pristine) if pristine else len(outs))
     # each set's outputs at one of its timed calls (a set never checked could be computed
@@ -150,50 +154,72 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
     return p
 
 
-def draws(seed: int, position: int, like, kind: str, bounds: tuple | None = None) -> object:
-    """The ``position``-th changed input's sequence: ``WINDOW + SPREAD`` numbers drawn on
-    ``like``'s device, the same in every process for the same seed. ``kind``: 'factor'
-    (log-uniform in [1/2, 2), either sign), 'positive' (the same, positive; integers
-    1, 2 or 3), 'bits' (an
-    integer type's whole range, or a bool's), 'offset' (in [0, hi - lo) of ``bounds``)."""
+def draws(seed: int, position: int, like, kind: str, bounds: tuple | None = None) -> tuple:
+    """The ``position``-th changed input's two sequences, drawn on ``like``'s device, the
+    same in every process for the same seed: the first ``WINDOW + SPREAD`` long, the
+    second ``2 * WINDOW - 1 + SPREAD`` (read at a period of ``WINDOW - 1``). An element's
+    number combines one of each (``combine``), so it repeats only past ``WINDOW * (WINDOW -
+    1)`` elements, and two calls' numbers are no shifted copies of each other: with one
+    sequence of period ``WINDOW``, the ratios of elements ``WINDOW`` apart stayed the same
+    at every call, and a column sum learned them once and read a sixteenth of its input
+    (accepted at 2-3x where honest kernels read 1.0x). ``kind``: 'factor' (each half
+    log-uniform in [1/2 ** 0.5, 2 ** 0.5), either sign; their product in [1/2, 2)),
+    'positive' (the same, positive; integers 1, 2 or 3), 'bits' (an integer type's whole
+    range, or a bool's), 'offset' (fractions of ``hi - lo`` of ``bounds``; integers in
+    0 .. hi - lo - 1)."""
     import torch
     g = torch.Generator(device=like.device)
     g.manual_seed((seed + 7919 * position) % (1 << 63))
-    n, dev = WINDOW + SPREAD, like.device
-    if kind == "positive" and not like.is_floating_point():
-        return torch.randint(1, 4, (n,), generator=g, device=dev, dtype=like.dtype)
-    if kind in ("factor", "positive"):
-        f = torch.pow(4.0, torch.rand(n, generator=g, device=dev)) * 0.5
-        if kind == "factor":
-            f = f * (1 - 2 * torch.randint(0, 2, (n,), generator=g, device=dev))
-        return f.to(like.dtype)
-    if kind == "bits":
-        if like.dtype == torch.bool:
-            return torch.randint(0, 2, (n,), generator=g, device=dev).bool()
-        info = torch.iinfo(like.dtype)
-        return torch.randint(info.min, info.max, (n,), generator=g, device=dev,
+    dev = like.device
+
+    def half(n: int):
+        if kind == "positive" and not like.is_floating_point():
+            return torch.randint(1, 4, (n,), generator=g, device=dev, dtype=like.dtype)
+        if kind in ("factor", "positive"):
+            f = torch.pow(2.0, torch.rand(n, generator=g, device=dev) - 0.5)
+            if kind == "factor":
+                f = f * (1 - 2 * torch.randint(0, 2, (n,), generator=g, device=dev))
+            return f
+        if kind == "bits":
+            if like.dtype == torch.bool:
+                return torch.randint(0, 2, (n,), generator=g, device=dev).bool()
+            info = torch.iinfo(like.dtype)
+            return torch.randint(info.min, info.max, (n,), generator=g, device=dev,
+                                 dtype=like.dtype)
+        lo, hi = bounds
+        if like.is_floating_point():
+            wide = torch.float64 if like.dtype == torch.float64 else torch.float32
+            return torch.rand(n, generator=g, device=dev, dtype=wide)
+        return torch.randint(0, max(int(hi) - int(lo), 1), (n,), generator=g, device=dev,
                              dtype=like.dtype)
+    return half(WINDOW + SPREAD), half(2 * WINDOW - 1 + SPREAD)
+
+
+def combine(kind: str, like, bounds, a, b):
+    """One element's number from its two halves (see ``draws``)."""
+    import torch
+    if kind in ("factor", "positive"):
+        return (a * b).to(like.dtype)
+    if kind == "bits":
+        return torch.bitwise_xor(a, b)
     lo, hi = bounds
     if like.is_floating_point():
-        wide = torch.float64 if like.dtype == torch.float64 else torch.float32
-        return torch.rand(n, generator=g, device=dev, dtype=wide) * (hi - lo)
-    return torch.randint(0, max(int(hi) - int(lo), 1), (n,), generator=g, device=dev,
-                         dtype=like.dtype)
+        return torch.frac(a + b) * (hi - lo)
+    return (a + b) % max(int(hi) - int(lo), 1)
 
 
-def _windowed(dst, src, sequence, offset: int, step) -> None:
-    """``step(src part, window part, dst part)`` over ``src`` flattened, the window of
-    ``sequence`` at ``offset`` repeated along an input larger than it."""
+def _windowed(dst, src, halves: tuple, offsets: tuple, join, step) -> None:
+    """``step(src part, numbers, dst part)`` over ``src`` flattened, a ``WINDOW`` of
+    elements at a time: the first half's window at the call's first offset, the second's
+    at its second offset moved one element further each window (``WINDOW - 1`` is
+    ``WINDOW``'s neighbour, so the pair repeats only after ``WINDOW * (WINDOW - 1)``)."""
     src, dst = src.reshape(-1), dst.view(-1)
-    n = src.numel()
-    if n == 0:
-        return
-    m = min(n, WINDOW)
-    window = sequence[offset:offset + m]
-    whole = n // m * m
-    step(src[:whole].view(-1, m), window, dst[:whole].view(-1, m))
-    if whole < n:
-        step(src[whole:], window[:n - whole], dst[whole:])
+    a, b = halves
+    oa, ob = offsets
+    for r, start in enumerate(range(0, src.numel(), WINDOW)):
+        m = min(WINDOW, src.numel() - start)
+        sb = ob + r % (WINDOW - 1)
+        step(src[start:start + m], join(a[oa:oa + m], b[sb:sb + m]), dst[start:start + m])
 
 
 def _multiply(a, w, out) -> None:
@@ -207,25 +233,18 @@ def _xor(a, w, out) -> None:
 
 
 def _wrap(bounds: tuple):
-    """Moving a value-range element by its offset, wrapped into ``lo .. hi``, a window's
-    row at a time (its temporaries stay a window's size, not the input's)."""
+    """Moving a value-range element by its offset, wrapped into ``lo .. hi`` (a window at
+    a time: its temporaries stay a window's size, not the input's)."""
     import torch
     lo, hi = bounds
 
-    def row(a, w, out) -> None:
+    def step(a, w, out) -> None:
         if out.is_floating_point():
             v = a.to(w.dtype) + w
             v = torch.where(v > hi, v - (hi - lo), v).clamp(lo, hi)
         else:
             v = (a - int(lo) + w) % max(int(hi) - int(lo), 1) + int(lo)
         out.copy_(v)
-
-    def step(a, w, out) -> None:
-        if a.dim() == 1:
-            row(a, w, out)
-            return
-        for r in range(a.shape[0]):
-            row(a[r], w, out[r])
     return step
 
 
@@ -244,7 +263,10 @@ def change(p: CallPlan, name: str, out, pristine, call: int) -> None:
     kind = kind_of(p, name, pristine)
     step = _wrap(p.bounds[name]) if kind == "offset" else \
         _xor if kind == "bits" else _multiply
-    _windowed(out, pristine, sequence(p, name, pristine), p.offsets[call], step)
+    bounds = p.bounds.get(name)
+    _windowed(out, pristine, sequence(p, name, pristine),
+              (p.offsets[call], p.second[call] if p.second else 0),
+              lambda a, b: combine(kind, pristine, bounds, a, b), step)
 
 
 def sequence(p: CallPlan, name: str, like) -> object:
