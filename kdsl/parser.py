@@ -21,6 +21,7 @@ REDUCTIONS = ("sum", "max", "min", "prod", "mean", "argmax", "argmin")
 SCANS = ("cumsum", "cumprod")
 CONSTANT_AT = "kd_at"  # the index a constant 0 on the left side becomes (``statement``)
 COLLECTIVES = ("sort", "argsort", "topk", "argtopk")
+ARITHMETIC = ("+", "-", "*", "/", "//", "%", "**")  # what a negated body is looked for under
 MAX_NESTING = 64
 MAX_DEPTH = 200  # levels of the parse tree; the stages after parsing recurse per level
 # The library's largest spec is 2.4 KB; a limit far above that keeps every pass over a
@@ -119,7 +120,7 @@ class _ToIR(Transformer):
                 isinstance(left, ir.Call) and left.fn in REDUCTIONS and len(left.args) == 1
                 and isinstance(left.args[0], ir.Name)):  # max(j) alone: no elementwise max
             return self._bound_form(left.fn, left.loc, left.args, body)
-        if isinstance(left, ir.Binary) and left.op not in ("and", "or"):
+        if isinstance(left, ir.Binary) and left.op in ARITHMETIC:
             right = self._negated_body(left.right, body)
             return None if right is None else ir.Binary(left.op, left.left, right, left.loc)
         return None

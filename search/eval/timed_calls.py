@@ -30,7 +30,7 @@ The judge does all of this in its own process, between the calls: the candidate'
 is asked for one call at a time (``sandbox.RemoteKernel.time``) and is stopped between
 them, so it never holds the factors, their seed, or which calls are kept; it cannot tell
 a kept call from another before it is made, nor forge its inputs. The judge draws the
-seed, the offsets of the window into each factor sequence and, for every set, one timed
+seed, each call's offsets into the drawn sequences and, for every set, one timed
 call whose outputs it copies aside once that call has returned. It computes each set's
 inputs as they were at that call, the float64 oracle of them, and compares; and the
 inputs as they are after the last call must be exactly the pristine ones as the last
@@ -46,7 +46,7 @@ from kdsl.sizes import shape_of
 
 from . import correctness as corr
 
-WINDOW = 1 << 20   # draws per window: a larger input repeats the window along it
+WINDOW = 1 << 20   # elements a window: a larger input is walked window by window
 SPREAD = 1 << 12   # offsets of the window into its sequence
 
 
