@@ -36,7 +36,7 @@ import os
 import signal
 import sys
 
-from . import confine, fd_passing, spin  # standard library only, like this module
+from . import allocator, confine, fd_passing, spin  # standard library only, like this module
 from .replies import trim  # (so is this)
 
 LOG_CAP_BYTES = 64 << 20  # RLIMIT_FSIZE: the candidate's log, and any file it writes
@@ -69,6 +69,7 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
             os.environ[name] = value
     confine.redirect_output(log_path)
     confine.limit(memory_mb, file_cap=LOG_CAP_BYTES)
+    allocator.keep_freed_memory()  # a kernel's temporaries, a baseline's outputs: reused
     confine.die_with_parent()
     os.setpgid(0, 0)  # a group of its own: the judge stops and kills what it forks with it
     confine.subreaper()  # and what leaves the group stays below it, where the judge looks

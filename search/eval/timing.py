@@ -37,7 +37,7 @@ from kdsl.compare import int_slack
 from . import correctness as corr
 from . import baseline_precision as precision
 from . import device_lock
-from . import floor, threads, timed_calls
+from . import allocator, floor, threads, timed_calls
 from .floor import bench_traffic_bytes, copy_bandwidth
 from .timers import Timer, default_timer
 
@@ -160,7 +160,8 @@ def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
     if key not in cache:
         with device_lock.shared(device, waited):
             tensors = corr.fresh_inputs(op, case.dtype, case.inputs, device)
-        with torch.no_grad(), threads.timed_work():
+        # (its outputs from memory the heap holds, as a candidate's are: ``allocator``)
+        with torch.no_grad(), threads.timed_work(), allocator.freed_memory_kept():
             run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
             with hold():
                 samples = timer(run, warmup=config.warmup, reps=config.reps)
