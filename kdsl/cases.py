@@ -25,6 +25,12 @@ from .sizes import evaluate, ranges, sample, upper
 
 UPPER_LABELS = ("upper", "longest", "all")
 STYLES = ("low", "high", "one", "edge", "random", "random", "edge", "random")
+# a positive f32 or f64 input's values: log-uniform from f16's least normal up to 4, so
+# that every scale of a probability (a softmax row of 16,384 holds values near 6e-5) is
+# drawn, and a kernel fitted to a narrow range (a log that clamped its input to 0.02 .. 9
+# passed when positives were drawn from 0.05 .. 4) is not; f16 and bf16 keep 0.05 .. 4
+POSITIVE = (2.0 ** -14, 4.0)
+POSITIVE_HALF = (0.05, 4.0)
 
 
 @dataclass(frozen=True)
@@ -177,8 +183,12 @@ def _tensor(op: ir.Op, t: ir.Tensor, shape: Shape, rng: np.random.Generator) -> 
             a = _uniform(rng, lo, hi, dims, f32)
             ends = (lo, hi)
     elif isinstance(dom, ir.Positive):
-        a = _uniform(rng, 0.05, 4.0, dims, f32) if kind == "float" else \
-            rng.integers(1, 1000, size=dims, dtype=np.int64)
+        if kind != "float":
+            a = rng.integers(1, 1000, size=dims, dtype=np.int64)
+        elif dt in ("f32", "f64"):
+            a = _log_uniform(rng, *POSITIVE, dims, f32)
+        else:  # (half types: sums of logs of such values overflow f16 where specs' test
+            a = _uniform(rng, *POSITIVE_HALF, dims, f32)  # ranges were sized for these)
     elif kind == "bool":
         a = rng.random(dims) < 0.5
     elif shape.label == "duplicates":
@@ -242,6 +252,11 @@ def _uniform(rng: np.random.Generator, lo: float, hi: float, dims, f32: dict) ->
     a *= np.float32(hi - lo)
     a += np.float32(lo)
     return np.minimum(a, np.float32(hi), out=a)  # float32 rounding may pass hi by an ulp
+
+
+def _log_uniform(rng, lo: float, hi: float, dims, f32: dict) -> np.ndarray:
+    a = _uniform(rng, np.log(lo), np.log(hi), dims, f32)
+    return np.minimum(np.exp(a, out=a), a.dtype.type(hi), out=a)
 
 
 def domain_bound(e: ir.Expr, sizes) -> float:

@@ -325,3 +325,29 @@ def test_upper_shapes_are_per_dtype_and_labelled():
     assert len({s.index for s in per_dtype}) == len(per_dtype)
     longest = cases.draw(op, per_dtype[0], 0)
     assert longest.sizes["L"] == 2000 and list(longest.inputs["offsets"]) == [0, 2000]
+
+
+POSITIVE_SPEC = """
+op pos
+  dims N
+  in  p: f32 | f16 [N] positive
+  out y: like p [N]
+  y[i] = log(p[i])
+  baseline torch.log(p)
+  tolerance f32(rtol=1e-5, atol=1e-5) f16(rtol=1e-2, atol=1e-2)
+  test N in 1..4096
+  bench N=4096
+"""
+
+
+def test_positive_floats_span_every_scale_in_f32_and_stay_moderate_in_half_types():
+    """A kernel fitted to a narrow range (a log clamped to 0.02 .. 9) meets values far below
+    it in f32; f16 keeps 0.05 .. 4, where specs' test ranges were sized for its sums."""
+    op = spec.parse_text(POSITIVE_SPEC).ops[0]
+    shape = cases.Shape({"N": 4096}, "f32", "random", 0)
+    p = cases.draw(op, shape, 3).inputs["p"]
+    lo, hi = cases.POSITIVE
+    assert p.min() >= np.float32(lo) and p.max() <= hi
+    assert p.min() < 1e-4 and (p < 0.02).mean() > 0.4  # half of the decades lie below 0.02
+    half = cases.draw(op, cases.Shape({"N": 4096}, "f16", "random", 0), 3).inputs["p"]
+    assert half.min() >= np.float16(0.05) * 0.999 and half.max() <= 4
