@@ -27,8 +27,11 @@ class _Scope:
 
 
 class Reference:
-    def __init__(self, op: ir.Op, sizes: dict[str, int]):
-        self.op, self.sizes = op, sizes
+    """``nudge``: a relative step (negative: down) by which every float a cast truncates to
+    an integer moves first (``cast_bounds``); 0 evaluates the math as written."""
+
+    def __init__(self, op: ir.Op, sizes: dict[str, int], nudge: float = 0.0):
+        self.op, self.sizes, self.nudge = op, sizes, nudge
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         env: dict[str, np.ndarray] = {}
@@ -140,7 +143,11 @@ class Reference:
             if kind == "float":
                 return a.astype(np.float64)
             if kind == "int":
-                return np.trunc(a).astype(np.int64) if a.dtype.kind == "f" else a.astype(np.int64)
+                if a.dtype.kind != "f":
+                    return a.astype(np.int64)
+                if self.nudge:
+                    a = a + (np.abs(a) + CAST_ROUNDING_FLOOR) * self.nudge
+                return np.trunc(a).astype(np.int64)
             return a != 0
         return ELEMENTWISE[e.fn].numpy(*args)
 
@@ -276,6 +283,33 @@ def _touches_first_axis(st: ir.Statement) -> bool:
         if isinstance(node, ir.Collective):
             return True
     return False
+
+
+# How far a kernel's float may be from the float64 value a cast truncates, relative to its
+# magnitude: a few rounding steps of the case's dtype (-33.333332f * 3.0 is -100 in f32,
+# -99.999996 in f64; torch computes ``x * 3.0`` of an f16 ``x`` in f16), the float32 figure
+# where the dtype is not a float's. Near zero, as near the smallest normal float32.
+CAST_ROUNDING = {"f64": 2.0 ** -48, "f32": 2.0 ** -19, "f16": 2.0 ** -9, "bf16": 2.0 ** -6}
+CAST_ROUNDING_FLOOR = 2.0 ** -100
+
+
+def cast_bounds(op: ir.Op, sizes: dict[str, int], inputs: dict[str, np.ndarray],
+                dtype: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """For each integer output that casts a float (``compare.int_slack``), the least and
+    greatest value each element takes when every such float moves by its rounding either
+    way (``CAST_ROUNDING``): an element may be off the reference only where rounding could
+    carry its float across an integer, not everywhere (a kernel off by one at every element
+    of ``i32(x * 256.0)`` passed under a slack of one for the whole output)."""
+    from kdsl.backends.lower.numerics import stable_exponentials
+    from kdsl.compare import int_slack
+    names = [t.name for t in op.outputs if int_slack(op, t.name)]
+    if not names:
+        return {}
+    stable = stable_exponentials(op)
+    step = CAST_ROUNDING.get(dtype, CAST_ROUNDING["f32"])
+    runs = [Reference(stable, sizes, n * step).run(inputs) for n in (-1, 0, 1)]
+    return {n: (np.minimum(np.minimum(runs[0][n], runs[1][n]), runs[2][n]),
+                np.maximum(np.maximum(runs[0][n], runs[1][n]), runs[2][n])) for n in names}
 
 
 def reference(op: ir.Op, sizes: dict[str, int], inputs: dict[str, np.ndarray]):

@@ -40,3 +40,26 @@ def test_a_cast_of_a_float_may_land_on_either_side_of_a_boundary():
     assert compare.compare(op, "f32", far, r, {}) is not None
     g, want = torch.tensor([-100, 5]), torch.tensor([-99, 5])
     assert _close(op, "f32", g, want, "q")[0] and not _close(op, "f32", g, want, "p")[0]
+
+
+def test_the_slack_holds_only_where_rounding_could_carry_a_float_across_an_integer():
+    """With the case's ``cast_bounds``, an element may be off by one only where its float
+    lies within a few float32 rounding steps of an integer: a kernel off by one at every
+    element (it passed under a slack for the whole output) fails."""
+    from kdsl.reference import cast_bounds, reference
+    op = spec.parse_text(OPS, "t.kspec").ops[0]
+    x = np.array([np.float32(-100.0) / np.float32(3.0), 1.25, 7.4], dtype=np.float32)
+    k = np.array([0, 1, 2])
+    inputs = {"x": x, "k": k}
+    sizes = {"N": 3}
+    ref = reference(op, sizes, inputs)
+    bounds = cast_bounds(op, sizes, inputs, "f32")
+    assert set(bounds) == {"q", "s"}
+    f32 = (x * np.float32(3.0)).astype(np.float32)  # what a float32 kernel computes
+    got = {"q": np.trunc(f32).astype(np.int32), "s": np.trunc(f32).astype(np.int64) + k,
+           "p": ref["p"]}
+    assert got["q"][0] != ref["q"][0]  # -100 in float32, -99 in float64
+    assert compare.compare(op, "f32", got, ref, inputs, bounds) is None
+    off = {**got, "q": got["q"] + np.array([0, 1, 0], dtype=np.int32)}  # 3 -> 4: no rounding
+    assert compare.compare(op, "f32", off, ref, inputs, bounds) is not None
+    assert compare.compare(op, "f32", off, ref, inputs) is None  # (the whole-output slack)

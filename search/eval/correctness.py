@@ -20,7 +20,7 @@ import numpy as np
 
 from kdsl import baseline, cases, dtypes, ir
 from kdsl.compare import compare, rounds_to_infinity
-from kdsl.reference import reference
+from kdsl.reference import cast_bounds, reference
 from kdsl.sizes import shape_of
 
 from . import device_lock
@@ -142,7 +142,7 @@ def _at(mask: np.ndarray) -> str:
 
 def judge(op: ir.Op, dtype: str, arrays: dict[str, np.ndarray], ins: dict, outs: dict,
           ref: dict[str, np.ndarray] | None, variant: int, device: str,
-          pristine: dict | None = None) -> tuple[str | None, float]:
+          pristine: dict | None = None, bounds: dict | None = None) -> tuple[str | None, float]:
     """Check one finished run: all written, inputs intact, finite, close to ``ref``.
 
     Returns (failure message or None, max abs error on float outputs). With ``ref``
@@ -181,7 +181,7 @@ def judge(op: ir.Op, dtype: str, arrays: dict[str, np.ndarray], ins: dict, outs:
                 what = "NaN" if np.isnan(g[bad]).any() else "inf"
                 return (f"{t.name}: {what} in {int(bad.sum())} of {bad.size} elements where "
                         f"the reference is finite, {_at(bad)}", 0.0)
-    mismatch = compare(op, dtype, got, ref, arrays)
+    mismatch = compare(op, dtype, got, ref, arrays, bounds)
     error = max_error(op, got, ref)
     return (str(mismatch) if mismatch is not None else None), error
 
@@ -267,8 +267,10 @@ def run_case(op: ir.Op, kernel, case: cases.Case, device: str, variant: int,
             tb = traceback.format_exception(type(e), e, e.__traceback__)
             return f"kernel raised {type(e).__name__}: {e}\n{''.join(tb[-3:]).rstrip()}", 0.0
     ref = reference(op, case.sizes, case.inputs)
+    bounds = cast_bounds(op, case.sizes, case.inputs, case.dtype)
     with on_device():
-        return judge(op, case.dtype, case.inputs, ins, outs, ref, variant, device)
+        return judge(op, case.dtype, case.inputs, ins, outs, ref, variant, device,
+                     bounds=bounds)
 
 
 def _settle(device: str) -> None:
