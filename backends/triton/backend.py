@@ -145,6 +145,8 @@ class TritonBackend:
                 raise BuildError("triton kernels run on the CPU only in the interpreter: set "
                                  "TRITON_INTERPRET=1 in the environment before this process "
                                  "defines them")
+            from kdsl.backends.triton.interpreter import repair
+            repair()  # (the installed interpreter's known faults, where it has them)
             return Built(fn=fn, log="", meta=meta)
         from kdsl.backends.triton.compile import example_at, example_for, warm
         from triton.compiler.errors import CompilationError
