@@ -136,6 +136,13 @@ def _reader_range(ck, v: str, reader: ir.Statement, bound):
             for k, sub in enumerate(node.subscripts[:len(t.shape)]):
                 if isinstance(sub, ir.Name) and sub.name == v:
                     return t.shape[k], f"dim {k} of {t.name}, read with it"
+    # else the reader is an intermediate itself, whose index takes its range from the
+    # statements that read it in turn (a convolution, its activation, then the output:
+    # c -> r -> y); every step is a later statement, so this ends
+    if not inner and v in reader.indices and ck.tensors.get(reader.target) is None:
+        got = from_readers(ck, reader, reader.indices.index(v))
+        if got is not None:
+            return got[0], f"{got[1]}, through {reader.target}"
     return None
 
 

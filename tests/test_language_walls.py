@@ -217,6 +217,28 @@ op chain
     assert op.tensor("t").shape == (ir.Name("M"),)
 
 
+def test_an_intermediate_takes_its_range_through_a_chain_of_intermediates():
+    """A convolution, its activation, then the output (c -> r -> y): c's index takes its
+    range from r's, which takes it from the output reading r (an outsider's six conv
+    chains were rejected with "cannot infer the range of index 'o'")."""
+    op = _op("""\
+op conv_chain
+  dims B, H, K
+  in  x: f32 [B, H]
+  in  w: like x [K]
+  out y: like x [B, H - K + 1]
+  c[b, o] = sum(k) x[b, o + k] * w[k]
+  r[b, o] = relu(c[b, o])
+  y[b, o] = r[b, o] * 2.0
+  baseline torch.relu(F.conv1d(x[:, None], w[None, None]))[:, 0] * 2.0
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test  B in 1..4, H in 3..50, K in 1..3
+  bench B=4, H=64, K=3
+""")
+    assert op.tensor("c").shape[1] == op.tensor("y").shape[1]
+    assert op.tensor("r").shape[1] == op.tensor("y").shape[1]
+
+
 @pytest.mark.parametrize("edit,words", [
     ("t[b, ci, oh in @1 .. H, ow] =", "a left-side range starts at 0 ('oh' runs over a dim "
                                       "of 't'), but this one starts at 1"),
