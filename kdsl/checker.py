@@ -224,11 +224,21 @@ class Checker:
                                   f"one dtype variable (write 'like {sets[0].name}')")
         tol = self.op.tolerance
         if tol is not None and not tol.exact:
+            # an output is judged by the tolerance of the op's dtype, else by its own
+            # dtype's (compare.tolerance): a bf16 op with an f32 output needs bf16 alone
             covered = {name for name, _, _ in tol.table}
-            floats = {self.op.dtype_of(t.name, d) for t in self.op.tensors
-                      for d in self.op.dtype_choices} & set(dtypes.FLOAT)
-            for dt in sorted(floats - covered):
-                self.error(self.op.loc, f"no tolerance for dtype {dt}")
+            needed: dict[str, str] = {}
+            for d in self.op.dtype_choices:
+                if d in dtypes.FLOAT and d not in covered:
+                    needed.setdefault(d, "a dtype the op takes")
+                for t in self.op.tensors:
+                    own = self.op.dtype_of(t.name, d)
+                    if t.role == "out" and own in dtypes.FLOAT and d not in covered and \
+                            own not in covered:
+                        needed.setdefault(own, f"the dtype of output '{t.name}'")
+            for dt in sorted(needed):
+                self.error(self.op.loc, f"no tolerance for dtype {dt} ({needed[dt]}); add "
+                                        f"{dt}(rtol=..., atol=...) to the tolerance line")
 
     # ---- statements ----
     def check_statement(self, st: ir.Statement) -> ir.Statement:

@@ -454,3 +454,25 @@ def test_render_has_caret_under_the_column():
     assert head == f"t.kspec:{line}:{col}: error: unknown tensor 'q'"
     assert src == "  " + text.splitlines()[line - 1]
     assert caret == "  " + " " * (col - 1) + "^"
+
+
+def test_an_output_of_another_float_dtype_takes_the_op_dtypes_tolerance():
+    """A bf16 op with an f32 output is judged by bf16's tolerance (compare.tolerance), so it
+    needs no f32 entry; where the op's dtype is not a float, the output's own dtype does,
+    and the error names the output."""
+    from kdsl import spec
+    text = """
+op rowsum_mixed
+  dims M, N
+  in  x: bf16 [M, N]
+  out y: f32 [M]
+  y[i] = sum(j) x[i, j]
+  baseline x.float().sum(1)
+  tolerance bf16(rtol=1e-3, atol=1e-3)
+  test M in 1..8, N in 1..64
+  bench M=64, N=64
+"""
+    spec.parse_text(text, "t.kspec")
+    with pytest.raises(SpecError, match=r"no tolerance for dtype f32 \(the dtype of output 'y'\)"):
+        spec.parse_text(text.replace("  in  x: bf16", "  in  k: i64 [M] in 0..5\n  in  x: bf16"),
+                        "t.kspec")
