@@ -594,3 +594,24 @@ def test_a_baseline_may_name_values_with_lambdas_and_comprehensions():
     got = reference(op, {"M": 5, "N": 7}, {"x": x})["y"]
     want = baseline.run(op, {"M": 5, "N": 7}, "f32", {"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_check_runs_the_judges_upper_cases_and_reports_a_baseline_that_raises_there():
+    """A test range that admits a shape the baseline refuses (torch's training-mode group
+    norm over one value a channel) fails `kdsl check`, not every evaluation after it."""
+    from kdsl.agreement import check_agreement
+    op = _op("""\
+op gn_one
+  dims B, C
+  in  x: f32 [B, C, 1]
+  out y: like x [B, C, 1]
+  m[b, c] = mean(l) x[b, c, l]
+  y[b, c, l] = x[b, c, l] - m[b, c]
+  baseline x - x.mean(dim=2, keepdim=True) + 0 * F.batch_norm(x, None, None, training=True)
+  tolerance f32(rtol=1e-5, atol=1e-5)
+  test  B in 1..4, C in 1..4
+  bench B=4, C=4
+""")
+    got = check_agreement(op)
+    assert not got.ok
+    assert any("upper" in f and "baseline raised ValueError" in f for f in got.failures)
