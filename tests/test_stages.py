@@ -457,3 +457,35 @@ def test_a_top_k_read_by_another_statement_is_a_stage_with_its_indices():
     assert outs[0] == ["v", "ids"]  # one top-k of each row gives both
     assert [tb._stage_kind(s) for s in lowered.stages][0] == "collective"
     assert sum("ids" in o for o in outs) == 1 and outs[-1] == ["w"]
+
+
+RUNNING_MAX = """
+    op running_max
+      dims M, N
+      in  x: f32 [M, N]
+      out y: like x [M, N]
+      out z: like x [M, N]
+      y[i, j] = max(k in 0 .. j + 1) x[i, k]
+      z[i, j] = sum(k in j .. N) x[i, k]
+      baseline (torch.cummax(x, dim=1).values, torch.flip(torch.cumsum(torch.flip(x, [1]), 1), [1]))
+      tolerance f32(rtol=1e-4, atol=1e-4)
+      test  M in 1..8, N in 1..100
+      bench M=1024, N=2048, dtype=f32
+"""
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_array_backends_run_ranged_maxima_and_suffix_sums_as_scans(backend):
+    """numpy and torch (composed) render a running maximum written as a ranged max, and a
+    suffix sum, as scans: rendered as written each output point held its own range (an
+    outsider's running max at M=1024, N=2048 asked numpy for 16 GiB)."""
+    from default_kernels import assert_default_kernel_correct
+    op = _op(RUNNING_MAX)
+    be = get(backend)
+    genome = be.space(op, "cpu").default()
+    if backend == "torch":
+        genome = {**genome, "mode": "compose"}
+    src = be.render(op, genome, "cpu")
+    assert "rt.cummax(" in src and "rt.cumsum(" in src
+    if backend == "numpy":
+        assert_default_kernel_correct(op, backend)

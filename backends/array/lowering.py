@@ -33,6 +33,7 @@ from kdsl.backends.lower.scatter import scatter_form
 from kdsl.backends.lower.select import selections_as_reads
 from kdsl.backends.lower.numerics import stable_exponentials
 from kdsl.backends.lower.common import common_reductions
+from kdsl.backends.lower.scans import ranges_as_scans
 from kdsl.backends.lower.factor import factored_sums
 
 IMIN, IMAX = -(1 << 63), (1 << 63) - 1
@@ -149,7 +150,8 @@ class Lowering:
         if reason:
             raise Unsupported(reason)
         self.op = scatter_form(selections_as_reads(
-            common_reductions(aa.inline_intermediates(factored_sums(stable_exponentials(op)),
+            common_reductions(aa.inline_intermediates(factored_sums(ranges_as_scans(
+                stable_exponentials(op))),
                                                       genome.get("fusion", "none")))))
         self.dtype, self.genome, self.d = dtype, genome, dialect
         # each kind's dtype name in the module; an f64 instance computes its floats in W

@@ -229,6 +229,14 @@ def cumprod(x, axis):
     return np.cumprod(x, axis=axis)
 
 
+def cummax(x, axis):  # (np.maximum carries a NaN along, as the reference's max does)
+    return np.maximum.accumulate(x, axis=axis)
+
+
+def cummin(x, axis):
+    return np.minimum.accumulate(x, axis=axis)
+
+
 def sort(x, axis):
     return np.sort(x, axis=axis)  # values only: which of equal keys comes first is invisible
 

@@ -195,6 +195,14 @@ def cumprod(x, axis):
     return torch.cumprod(x, dim=axis)
 
 
+def cummax(x, axis):
+    return torch.cummax(x, dim=axis).values
+
+
+def cummin(x, axis):
+    return torch.cummin(x, dim=axis).values
+
+
 def sort(x, axis):
     return torch.sort(x, dim=axis).values
 
