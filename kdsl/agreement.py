@@ -15,10 +15,12 @@ class Agreement:
     dtypes: tuple[str, ...]
     cases: int
     failures: tuple[str, ...]
+    upper: int = 0                         # the judge's upper-end cases run
+    upper_failures: tuple[str, ...] = ()   # where the baseline raised on one of them
 
     @property
     def ok(self) -> bool:
-        return not self.failures
+        return not self.failures and not self.upper_failures
 
 
 # the upper ends' cases the judge adds (each range at its maximum, the others small) are
@@ -35,12 +37,13 @@ def check_agreement(op: ir.Op, seed: int = 0, per_dtype: int = 8, device: str = 
     failures = []
     cases = generate(op, seed, per_dtype)
     upper = [draw(op, shape, seed) for shape in upper_shapes(op, budget=UPPER_CHECK_ELEMENTS)]
+    raised = []
     for case in upper:
         try:
             baseline.run(op, case.sizes, case.dtype, case.inputs, device)
         except Exception as e:  # the baseline is user code: report, never crash
-            failures.append(f"{case.shape.describe()}: baseline raised "
-                            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            raised.append(f"{case.shape.describe()}: baseline raised "
+                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     for case in cases:
         ref = reference(op, case.sizes, case.inputs)
         try:
@@ -52,4 +55,5 @@ def check_agreement(op: ir.Op, seed: int = 0, per_dtype: int = 8, device: str = 
         bad = compare(op, case.dtype, got, ref, case.inputs)
         if bad is not None:
             failures.append(f"{case.shape.describe()}: {bad}")
-    return Agreement(op.name, op.dtype_choices, len(cases) + len(upper), tuple(failures))
+    return Agreement(op.name, op.dtype_choices, len(cases), tuple(failures), len(upper),
+                     tuple(raised))

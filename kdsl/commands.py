@@ -35,11 +35,19 @@ def cmd_check(args) -> int:
                       f"{a.cases} cases")
             else:
                 status = 2
-                print(f"{path}:{op.loc.line}:{op.loc.column}: error: baseline of '{op.name}' "
-                      f"disagrees with the reference on {len(a.failures)} of {a.cases} cases",
-                      file=sys.stderr)
-                for f in a.failures[:5]:
-                    print(f"  {f}", file=sys.stderr)
+                where = f"{path}:{op.loc.line}:{op.loc.column}: error: baseline of '{op.name}'"
+                if a.failures:
+                    print(f"{where} disagrees with the reference on {len(a.failures)} of "
+                          f"{a.cases} cases", file=sys.stderr)
+                    for f in a.failures[:5]:
+                        print(f"  {f}", file=sys.stderr)
+                if a.upper_failures:
+                    print(f"{where} raises on {len(a.upper_failures)} of the judge's {a.upper} "
+                          f"upper-end cases (each test range at its maximum, the others "
+                          f"small): narrow the test ranges or make the baseline take them",
+                          file=sys.stderr)
+                    for f in a.upper_failures[:5]:
+                        print(f"  {f}", file=sys.stderr)
     return status
 
 
