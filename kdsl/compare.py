@@ -183,9 +183,11 @@ def _compare_exact(g, r, slack: int = 0, bounds=None) -> str | None:
     wrong = g != r
     if slack and wrong.any():  # (in float64: no wrap near the integer limits)
         wrong &= np.abs(g.astype(np.float64) - r.astype(np.float64)) > slack
-        if bounds is not None:  # and only where rounding could move the element
-            lo, hi = (np.asarray(b).astype(g.dtype) for b in bounds)
-            wrong |= (g != r) & ((g < lo) | (g > hi))
+        if bounds is not None:  # and only where rounding could move the element (in
+            lo, hi = (np.asarray(b).astype(np.int64) for b in bounds)  # int64; where a
+            fits = (lo.astype(g.dtype) == lo) & (hi.astype(g.dtype) == hi)  # bound wraps
+            g64 = g.astype(np.int64)  # in the output's dtype, the slack stands there)
+            wrong |= (g != r) & fits & ((g64 < lo) | (g64 > hi))
     if not wrong.any():
         return None
     pos = tuple(int(p) for p in np.argwhere(wrong)[0])

@@ -63,3 +63,32 @@ def test_the_slack_holds_only_where_rounding_could_carry_a_float_across_an_integ
     off = {**got, "q": got["q"] + np.array([0, 1, 0], dtype=np.int32)}  # 3 -> 4: no rounding
     assert compare.compare(op, "f32", off, ref, inputs, bounds) is not None
     assert compare.compare(op, "f32", off, ref, inputs) is None  # (the whole-output slack)
+
+
+def test_a_cast_of_a_sum_or_two_casts_keep_the_slack_at_every_element():
+    """A float32 sum's error grows with its terms, not its result: a correct kernel summing
+    in another order truncated 223.0015 to 222 where the nudged reference said 223; and two
+    casts nudged together miss one rounding while the other does not. Those outputs get no
+    bounds (the slack stands at every element); one elementwise cast does."""
+    from kdsl.reference import cast_bounds
+    op = spec.parse_text("""
+op sumcast
+  dims M, K
+  in  x: f32 [M, K] in -50 .. 50
+  out q: i32 [M]
+  out d: i32 [M]
+  out e: i32 [M]
+  q[i] = i32(sum(k) x[i, k])
+  d[i] = i32(x[i, 0] * 3.0) - i32(x[i, 1] * 3.0)
+  e[i] = i32(x[i, 0] * 3.0) + 1
+  baseline (x.sum(-1).to(torch.int32), (x[:, 0] * 3.0).to(torch.int32) - (x[:, 1] * 3.0).to(torch.int32), (x[:, 0] * 3.0).to(torch.int32) + 1)
+  tolerance f32(rtol=1e-5, atol=1e-5)
+  test  M in 1..20, K in 2..40
+  bench M=8, K=8
+""", "t.kspec").ops[0]
+    x = np.random.default_rng(0).uniform(-50, 50, (4, 8)).astype(np.float32)
+    bounds = cast_bounds(op, {"M": 4, "K": 8}, {"x": x}, "f32")
+    assert set(bounds) == {"e"}
+    ref = {"q": np.array([223, 5, 7, 9]), "d": np.array([1, 2, 3, 4]), "e": np.array([1, 2, 3, 4])}
+    got = {**ref, "q": np.array([222, 5, 7, 9], dtype=np.int32)}  # the other side of 223
+    assert compare.compare(op, "f32", got, ref, {"x": x}, bounds) is None

@@ -58,7 +58,7 @@ def freed_memory_kept():
         yield kept
     finally:
         fn = _mallopt()
-        if kept and fn:
+        if fn:  # (restored even where only one option took)
             fn(M_MMAP_MAX, MMAP_MAX_DEFAULT)
             fn(M_TRIM_THRESHOLD, TRIM_THRESHOLD_DEFAULT)
             trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
