@@ -134,8 +134,14 @@ def int_slack(op: ir.Op, output: str) -> int:
     float64 and a kernel in its dtype, and a value within rounding of an integer boundary
     truncates to either side (-33.333332f * 3.0 is -100 in f32 and -99 in f64): judged
     exactly, no float32 kernel of such a spec could pass."""
+    return 1 if float_casts(op, output) else 0
+
+
+def float_casts(op: ir.Op, output: str) -> list[ir.Call]:
+    """The casts of a float to an integer that ``output`` depends on (through its
+    intermediates too)."""
     defs = {st.target: st for st in op.statements}
-    seen, todo = set(), [output]
+    casts, seen, todo = [], set(), [output]
     while todo:
         name = todo.pop()
         if name in seen or name not in defs:
@@ -146,8 +152,8 @@ def int_slack(op: ir.Op, output: str) -> int:
                 todo.append(n.tensor)
             if isinstance(n, ir.Call) and n.fn in ("i32", "i64") and \
                     any(may_be_float(op, x) for x in n.args):
-                return 1
-    return 0
+                casts.append(n)
+    return casts
 
 
 def may_be_float(op: ir.Op, e: ir.Expr) -> bool:

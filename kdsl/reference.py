@@ -323,7 +323,7 @@ def cast_bounds(op: ir.Op, sizes: dict[str, int], inputs: dict[str, np.ndarray],
 def _one_elementwise_cast(op: ir.Op, output: str) -> bool:
     """Whether ``output`` depends on exactly one cast of a float to an integer, whose float
     reads no reduction, scan or collective (through intermediates too)."""
-    from kdsl.compare import may_be_float
+    from kdsl.compare import float_casts
     defs = {st.target: st for st in op.statements}
 
     def reduced(e: ir.Expr, seen: set) -> bool:
@@ -335,18 +335,7 @@ def _one_elementwise_cast(op: ir.Op, output: str) -> bool:
                     return True
         return False
 
-    casts, seen, todo = [], set(), [output]
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in defs:
-            continue
-        seen.add(name)
-        for n in ir.walk(defs[name].value):
-            if isinstance(n, ir.Access):
-                todo.append(n.tensor)
-            if isinstance(n, ir.Call) and n.fn in ("i32", "i64") and \
-                    any(may_be_float(op, x) for x in n.args):
-                casts.append(n)
+    casts = float_casts(op, output)
     return len(casts) == 1 and not any(reduced(a, set()) for a in casts[0].args)
 
 
