@@ -7,7 +7,10 @@ timed steps, with the candidate's wait for the next request polled or blocking.
 Each spec's default kernel goes through the full evaluation (the judge in this process);
 every round trip of the clean process's probes and of the timed steps is split into the
 judge's phases: waking the process (``resume``), the request until its reply (``recv``),
-the stops (``halt``) and the wait until every task is seen stopped (``settle``). What
+the stops (``halt``) and the wait until every task is seen stopped (``settle``); and, from
+the candidate's own trace on its log (``KDSL_STEP_TRACE``, stamped on the same monotonic
+clock), into the request reaching it, its work beyond its samples (the wait, flushes, host
+and syncs) and the reply reaching the judge, with whether the step's wait held. What
 the judge subtracts from a step is the probes' fastest own cost; what an honest step
 costs beyond its samples is the steps' median: their difference is what the honest kernel
 pays on the judge's clock (``sandbox.step_costs``, ``timing.judged_calls``). With
@@ -30,6 +33,24 @@ from collections import defaultdict
 from pathlib import Path
 
 PHASES = ("resume", "recv", "halt", "settle")
+TRACE_ENV = "KDSL_STEP_TRACE"  # (candidate_main.TRACE_ENV)
+TRACE_MARK = "kdsl-step-trace "
+
+
+def last_trace(log_path: str) -> dict | None:
+    """The candidate's latest step trace on its log (``candidate_main._trace``)."""
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return None
+    at = text.rfind(TRACE_MARK)
+    if at < 0:
+        return None
+    line = text[at + len(TRACE_MARK):].split("\n", 1)[0]
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def measure(paths: list[str], device: str) -> dict:
@@ -43,6 +64,7 @@ def measure(paths: list[str], device: str) -> dict:
 
     trips: dict = defaultdict(lambda: defaultdict(list))
     call = sandbox.Sandbox.call
+    last_end: list = []
 
     def timed_call(self, *message):
         kind = message[0]
@@ -60,6 +82,7 @@ def measure(paths: list[str], device: str) -> dict:
         stopping.resume, stopping.halt = lap("resume", saved[0]), lap("halt", saved[1])
         self._receive, self._settle = lap("recv", self._receive), lap("settle", self._settle)
         start = time.perf_counter()
+        gap = (start - last_end[0]) * 1e3 if last_end else None
         try:
             reply = call(self, *message)
         finally:
@@ -67,15 +90,31 @@ def measure(paths: list[str], device: str) -> dict:
             del self._receive, self._settle
         key = f"probe of {message[1]}" if kind == "probe" else f"step of {len(message[1])}"
         row = trips[key]
+        traced = last_trace(self.log_path)
+        if traced is not None:  # the candidate's side, stamped on the same clock
+            row["to_candidate"].append((traced["read_at"] - start) * 1e3)
+            row["in_candidate_beyond_samples"].append(
+                (traced["reply_at"] - traced["read_at"]) * 1e3 - sum(reply[1]))
+            row["to_judge"].append((marks["recv"] - traced["reply_at"]) * 1e3)
+            step = traced.get("step") or {}
+            row["wait"].append(step.get("wait_ms", 0.0))
+            row["held"].append(1.0 if step.get("held") else 0.0)
+            row["host_queuing"].append(step.get("queue_ms", 0.0))
         for name in PHASES:
             row[name].append((marks[name] - start) * 1e3)
             start = marks[name]
         row["wall"].append(self.last_wall_ms)
+        if gap is not None:  # the judge's own time since the previous timed round trip
+            row["gap_before"].append(gap)
+        last_end[:] = [time.perf_counter()]
         row["beyond_samples"].append(self.last_wall_ms - sum(reply[1]))
         row["threads"].append(len(os.listdir(f"/proc/{self.pid}/task")))
         return reply
 
     sandbox.Sandbox.call = timed_call
+    os.environ[TRACE_ENV] = "1"  # (read by the candidate processes started from here)
+    if os.environ.get("KDSL_PROBE_GAP_MS"):  # (this process only: a study of the gap)
+        sandbox.PROBE_GAP_MS = float(os.environ["KDSL_PROBE_GAP_MS"])
     if os.environ.get("KDSL_STEP_SETS"):  # (this process only: a study of the set count)
         from kdsl.search.eval import timing
         forced = int(os.environ["KDSL_STEP_SETS"])
@@ -84,6 +123,7 @@ def measure(paths: list[str], device: str) -> dict:
     out = {}
     for path in paths:
         trips.clear()
+        last_end.clear()
         op = spec.load(path).ops[0]
         cand = Candidate.of(backend, backends.get(backend).space(op, device).default(),
                             origin="default")
@@ -106,19 +146,26 @@ def measure(paths: list[str], device: str) -> dict:
 def table(results: dict) -> str:
     lines = ["| poll | op | ok | figure ms | judge's clock ms | step's own cost subtracted ms "
              "| one-call probe beyond samples, min / median ms | steps beyond samples, "
-             "median ms | threads |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "median ms | in the candidate beyond samples, probe / steps ms | steps held | "
+             "threads |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for poll, ops in results.items():
         for name, r in ops.items():
             one = r["trips"].get("probe of 1", {}).get("beyond_samples", {})
             steps = [v for k, v in r["trips"].items() if k.startswith("step")]
             beyond = max((s["beyond_samples"]["median"] for s in steps), default=None)
             threads = max((s["threads"]["median"] for s in steps), default=None)
+            inside = max((s.get("in_candidate_beyond_samples", {}).get("median", -1)
+                          for s in steps), default=None)
+            held = min((s.get("held", {}).get("median", -1) for s in steps), default=None)
+            probe_inside = r["trips"].get("probe of 1", {}).get(
+                "in_candidate_beyond_samples", {}).get("median")
             c = r["clock"]
             lines.append(f"| {poll} | {name} | {'yes' if r['ok'] else 'no'} | "
                          f"{r['time_ms'] and round(r['time_ms'], 4)} | {c.get('judge_clock_ms')} | "
                          f"{c.get('step_trip_ms')} + {c.get('step_call_ms')} a call | "
-                         f"{one.get('min')} / {one.get('median')} | {beyond} | {threads} |")
+                         f"{one.get('min')} / {one.get('median')} | {beyond} | "
+                         f"{probe_inside} / {inside} | {held} | {threads} |")
     return "\n".join(lines)
 
 
@@ -130,14 +177,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--sets", default="",
                     help="input sets a step, comma-separated (default: the judge's choice)")
+    ap.add_argument("--probe-gap-ms", default="",
+                    help="the judge's busy time before each probe (sandbox.PROBE_GAP_MS), "
+                         "comma-separated values to run in turn (default: the judge's)")
     ap.add_argument("--json", help=argparse.SUPPRESS)  # one mode, in a fresh process
     args = ap.parse_args(argv)
     try:
         sets = [int(n) for n in args.sets.split(",") if n.strip()]
-        if any(n < 1 for n in sets):
+        gaps = [float(g) for g in args.probe_gap_ms.split(",") if g.strip()]
+        if any(n < 1 for n in sets) or any(not 0 <= g < 1000 for g in gaps):
             raise ValueError
     except ValueError:
-        print(f"step_costs: error: --sets {args.sets!r}: positive whole numbers joined by "
+        print(f"step_costs: error: --sets {args.sets!r} and --probe-gap-ms "
+              f"{args.probe_gap_ms!r}: whole numbers from 1, and ms from 0 to 1000, joined by "
               f"commas", file=sys.stderr)
         return 2
     missing = [p for p in args.specs if not Path(p).is_file()]
@@ -164,13 +216,18 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for poll in (("on", "off") if args.poll == "both" else (args.poll,)):
-        for n in sets or [None]:
-            mode = poll if n is None else f"{poll}, {n} sets"
-            part = out / f"step-costs-poll-{poll}{'' if n is None else f'-sets-{n}'}.json"
+        for n, gap in [(n, g) for n in sets or [None] for g in gaps or [None]]:
+            mode = poll + ("" if n is None else f", {n} sets") + \
+                ("" if gap is None else f", probe gap {gap:g} ms")
+            part = out / (f"step-costs-poll-{poll}{'' if n is None else f'-sets-{n}'}"
+                          f"{'' if gap is None else f'-gap-{gap:g}'}.json")
             env = dict(os.environ, KDSL_POLL="1" if poll == "on" else "0")
             env.pop("KDSL_STEP_SETS", None)
+            env.pop("KDSL_PROBE_GAP_MS", None)
             if n is not None:
                 env["KDSL_STEP_SETS"] = str(n)
+            if gap is not None:
+                env["KDSL_PROBE_GAP_MS"] = str(gap)
             subprocess.run([sys.executable, __file__, *args.specs, "--device", args.device,
                             "--out", str(out), "--json", str(part)], env=env, check=True)
             results[mode] = json.loads(part.read_text())

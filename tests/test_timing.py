@@ -767,6 +767,19 @@ def test_every_probe_step_follows_the_judges_own_work_on_the_device():
     assert (trip, per_call) == (0.0, 1.0)  # a call of nothing costs 1 ms a call, no more
 
 
+def test_a_probe_waits_as_long_as_the_judge_works_between_steps():
+    """The process is stopped through PROBE_GAP_MS of the judge's work before each probe, as
+    through the judge's work between timed steps: its idle cores wake slower after it."""
+    import time
+
+    from kdsl.search.eval import sandbox as sb
+    box = object.__new__(sb.Sandbox)
+    box.device, box._scratch = "cpu", None
+    start = time.perf_counter()
+    box._judge_work()
+    assert (time.perf_counter() - start) * 1e3 >= sb.PROBE_GAP_MS > 0
+
+
 def test_an_oracle_that_runs_out_of_device_memory_is_computed_on_the_host(monkeypatch):
     """The float64 copies of a large point's inputs may not fit beside the judge's sets
     on a shared GPU; the host computes the oracle then, and the result is the same."""

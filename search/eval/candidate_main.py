@@ -35,11 +35,17 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 from . import allocator, confine, fd_passing, spin  # standard library only, like this module
 from .replies import trim  # (so is this)
 
 LOG_CAP_BYTES = 64 << 20  # RLIMIT_FSIZE: the candidate's log, and any file it writes
+# ``KDSL_STEP_TRACE=1``: a line on the log for each timed step and probe, for a study of
+# what a step costs (``bench/step_costs.py``): when the request was read and the reply sent
+# on the host's monotonic clock (the judge's too), and the step's wait. The judge never
+# reads it: it comes from the process it judges.
+TRACE_ENV = "KDSL_STEP_TRACE"
 
 
 def environment(device: str) -> dict[str, str | None]:
@@ -85,6 +91,7 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
     conn.send(("ready", os.getpid(), confinement))
     host = _Host(device)
     polled = False  # the next request is timed: it is polled for (``spin``)
+    traced = os.environ.get(TRACE_ENV) == "1"
     while True:
         try:
             if polled:
@@ -94,6 +101,7 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
             return
         if message is None:
             return
+        read_at = time.perf_counter()
         polled = spin.polls_after(device, message)
         try:
             reply = host.handle(message)
@@ -104,6 +112,8 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
             tb = traceback.format_exception(type(e), e, e.__traceback__)
             reply = ("raised", trim(f"{type(e).__name__}: {trim(str(e), 4096)}\n"
                                     f"{''.join(tb[-3:]).rstrip()}"))
+        if traced and message[0] in spin.TIMED:
+            _trace(message[0], read_at, device)
         sys.stdout.flush()
         sys.stderr.flush()
         try:
@@ -113,6 +123,16 @@ def main(conn, device: str, memory_mb: int | None, log_path: str,
         # a reply can hold tensors of this process; dropping them here lets the judge
         # free its memory (CUDA IPC counts references across processes)
         del reply, message
+
+
+def _trace(kind: str, read_at: float, device: str) -> None:
+    import json
+
+    from .timers import default_timer
+    step = getattr(default_timer(device), "last_step", None)
+    print("kdsl-step-trace " + json.dumps({"kind": kind, "read_at": read_at,
+                                            "reply_at": time.perf_counter(), "step": step}),
+          file=sys.stderr)
 
 
 def _lock_down(device: str) -> dict[str, str]:

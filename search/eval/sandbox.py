@@ -38,6 +38,18 @@ LOG_TAIL = 16000
 PROBES = 12  # steps of timed calls of nothing, asked of a fresh process: what a step costs
 PROBES_KEPT = 10  # the last ones (the first calls of a timer can be slow: a CUDA flush buffer)
 PROBE_CALLS = 8  # calls in the longer probe step: a call's own cost apart from the step's
+# how long the judge works before each probe, the process stopped (``_judge_work``), as it
+# does between two timed steps (the inputs varied, the outputs kept: 1.5-85 ms a step on an
+# H100, 9-22 ms on the 2-core VM). A process stopped that long wakes, answers and stops
+# more slowly than one asked again at once, its cores idle meanwhile, and the probes asked
+# back to back missed that: on an H100 (2026-12-07, ``bench/step_costs.py``, nine specs)
+# the request reached the candidate in 0.04-0.08 ms at a probe and 0.12-0.24 at a step,
+# its reply the judge in 0.05-0.09 against 0.11-0.19. With 8 ms of the judge's work
+# before each probe they took 0.10-0.21 and 0.10-0.13, and the fastest probe rose by
+# 0.15-0.2 ms, what every honest step had paid on top of its calls. A forger gains
+# nothing from it that a step does not cost it too: it is stopped through the judge's
+# work as through a probe's.
+PROBE_GAP_MS = 8.0
 
 
 def step_costs(ones: list[float], manys: list[float], calls: int) -> tuple[float, float]:
@@ -123,18 +135,21 @@ class Sandbox:
 
     def _judge_work(self) -> None:
         """What comes before every timed step: the judge's own work on the device (the
-        step's inputs varied and its outputs poisoned, ``RemoteKernel.time``), then a sync.
+        step's inputs varied and its outputs poisoned, ``RemoteKernel.time``), then a sync,
+        and on the host for ``PROBE_GAP_MS``.
         On a GPU the step's first call then waits for the card to switch from the judge's
         context to the candidate's, so a probe without it measured a step too cheap: on an
         H100 (2026-12-06, ``bench/wait_clock.py``) a 1 ms wait and a sync took 1.13 ms on
         the host's wall after another process's small write, 0.98 ms after one of its own."""
-        if self.device != "cuda":
-            return
-        import torch
-        if self._scratch is None:
-            self._scratch = torch.zeros(1024, device="cuda")
-        self._scratch.add_(1)
-        torch.cuda.synchronize()
+        until = time.perf_counter() + PROBE_GAP_MS / 1e3
+        if self.device == "cuda":
+            import torch
+            if self._scratch is None:
+                self._scratch = torch.zeros(1024, device="cuda")
+            self._scratch.add_(1)
+            torch.cuda.synchronize()
+        while time.perf_counter() < until:  # (busy, as the judge is between steps)
+            pass
 
     def call(self, *message):
         """Send one request; its reply, or CandidateFault for what went wrong."""
