@@ -114,7 +114,7 @@ def measure(paths: list[str], device: str) -> dict:
     sandbox.Sandbox.call = timed_call
     os.environ[TRACE_ENV] = "1"  # (read by the candidate processes started from here)
     if os.environ.get("KDSL_PROBE_GAP_MS"):  # (this process only: a study of the gap)
-        sandbox.PROBE_GAP_MS = float(os.environ["KDSL_PROBE_GAP_MS"])
+        sandbox.PROBE_GAP_MS[device] = float(os.environ["KDSL_PROBE_GAP_MS"])
     if os.environ.get("KDSL_STEP_SETS"):  # (this process only: a study of the set count)
         from kdsl.search.eval import timing
         forced = int(os.environ["KDSL_STEP_SETS"])

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kdsl.search.eval import cuda_timer
-from kdsl.search.eval.cuda_timer import FIRST_WAIT_MS, CudaTimer, queued_batches
+from kdsl.search.eval.cuda_timer import STEP_WAIT_MS, CudaTimer, queued_batches
 
 
 class ScriptedBatches:
@@ -124,8 +124,8 @@ def test_a_steps_calls_share_one_wait_and_read_their_own_work(card):
         start = card.host
         samples = timer.each([card.call(0.1 * (k + 1), 0.03) for k in range(4)])
         assert samples == pytest.approx([0.1, 0.2, 0.3, 0.4])
-        # one wait of 1 ms, four flushes and the work: no wait a call
-        assert card.host - start == pytest.approx(1.0 + 4 * 0.07 + 1.0)
+        # one wait, four flushes and the work: no wait a call
+        assert card.host - start == pytest.approx(STEP_WAIT_MS + 4 * 0.07 + 1.0)
     assert timer.retried == 0
 
 
@@ -140,15 +140,15 @@ def test_a_step_runs_once_behind_the_probes_wait_however_slow_its_host(card):
         inner = card.call(work_ms, host_ms, syncs)
         return lambda: (runs.append(1), inner())
     start = card.host
-    samples = timer.each([slow(0.05, 0.6)] * 4)  # 2.4 ms to queue: the 1 ms wait runs out
+    samples = timer.each([slow(0.05, 0.6)] * 4)  # 2.4 ms to queue: the wait runs out
     assert len(runs) == 4 and timer.last_step["held"] is False
     # the host's gaps are in the later calls' samples, and on the wall only once
-    assert samples[-1] > 0.05 and card.host - start < 2 * (1.0 + 4 * 0.6)
+    assert samples[-1] > 0.05 and card.host - start < 2 * (STEP_WAIT_MS + 4 * 0.6)
     start = card.host
     samples = timer.each([card.call(0.1, 0.03)] * 4)  # a quick step after it
     assert samples == pytest.approx([0.1] * 4) and timer.last_step["held"] is True
-    assert card.host - start == pytest.approx(FIRST_WAIT_MS + 4 * 0.07 + 0.4)
-    assert timer.last_step["wait_ms"] == FIRST_WAIT_MS and timer.retried == 0
+    assert card.host - start == pytest.approx(STEP_WAIT_MS + 4 * 0.07 + 0.4)
+    assert timer.last_step["wait_ms"] == STEP_WAIT_MS and timer.retried == 0
 
 
 def test_a_step_whose_calls_wait_on_the_gpu_is_run_once(card):
@@ -161,7 +161,7 @@ def test_a_step_whose_calls_wait_on_the_gpu_is_run_once(card):
         walls.append(card.host - start)
     assert walls == pytest.approx([walls[0]] * 3)
     # one wait and one pass of its calls (flush, host, work), never a second
-    assert walls[0] <= FIRST_WAIT_MS + 4 * (0.07 + 0.005 + 0.03 + 0.1)
+    assert walls[0] <= STEP_WAIT_MS + 4 * (0.07 + 0.005 + 0.03 + 0.1)
 
 
 def test_a_raising_call_leaves_nothing_queued(card):

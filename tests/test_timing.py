@@ -711,19 +711,28 @@ def test_loaded_modules_keep_no_state_in_containers_or_defaults():
 
 
 def test_a_probe_inflated_by_a_busy_host_is_no_allowance():
-    """A step's own cost is the least its probes read (a busy host only lengthens a step),
-    and no more than the least extra of a step of the request itself: a probe that read
-    3.6 ms on a busy host leaves the candidate no unclocked 3.6 ms a step."""
-    from kdsl.search.eval.sandbox import step_costs
-    trip, call = step_costs([3.6, 0.12, 2.0, 0.15], [3.9, 0.19, 2.5, 0.3], 8)
-    assert call == pytest.approx(0.01) and trip == pytest.approx(0.11)
-    assert step_costs([0.1], [0.05], 8) == (0.1, 0.0)  # (a call never costs below nothing)
+    """A step's own cost is its probes' median, never more than TRIP_SPREAD_MS above the
+    fastest (a busy host only lengthens a step), and no more than the median extra of the
+    request's own steps: a probe that read 3.6 ms on a busy host leaves the candidate no
+    unclocked 3.6 ms a step."""
+    from kdsl.search.eval.sandbox import TRIP_SPREAD_MS, step_costs
+    spread = TRIP_SPREAD_MS["cuda"]
+    trip, call = step_costs([3.6, 0.12, 2.0, 0.15], [3.9, 0.19, 2.5, 0.3], 8, spread)
+    assert call == pytest.approx(0.01) and trip == pytest.approx(0.12 + spread - 0.01)
+    # on a quiet host, the median: where an honest step's own cost stands
+    ones, manys = [0.30, 0.32, 0.35, 0.40, 0.50], [1.0, 1.05, 1.05, 1.2, 1.4]
+    trip, call = step_costs(ones, manys, 8, spread)
+    assert call == pytest.approx(0.1) and trip == pytest.approx(0.25)
+    # the CPU's spread is none: the fastest
+    assert step_costs(ones, manys, 8, TRIP_SPREAD_MS["cpu"]) == \
+        (pytest.approx(0.3 - 0.1), pytest.approx(0.1))
+    assert step_costs([0.1], [0.05], 8, spread) == (0.1, 0.0)  # (a call costs no less than 0)
     kernel = ClockedKernel(softmax_kernel, None, [])
     kernel.trip_ms, kernel.walls, kernel.shares = 3.6, [1.2] * 4, [2] * 4
-    kernel.step_extras = [1.1, 0.2, 1.1]  # a step whose calls claimed all but 0.2 ms of it
+    kernel.step_extras = [1.1, 0.2, 0.3]  # steps whose calls claimed all but 0.2-0.3 ms
     believed, art, _ = timing.judged_calls(kernel, [0.05] * 4)
-    assert believed == [pytest.approx((1.2 - 0.2) / 2)] * 4
-    assert art["step_trip_ms"] == pytest.approx(0.2) and art["probed_trip_ms"] == 3.6
+    assert believed == [pytest.approx((1.2 - 0.3) / 2)] * 4
+    assert art["step_trip_ms"] == pytest.approx(0.3) and art["probed_trip_ms"] == 3.6
     kernel.step_extras = [5.0, 4.0]  # a request whose steps all cost more: the probe stands
     assert timing.judged_calls(kernel, [0.05] * 4)[1]["step_trip_ms"] == 3.6
 
@@ -753,6 +762,7 @@ def test_every_probe_step_follows_the_judges_own_work_on_the_device():
     GPU it misses the switch between the two processes' contexts."""
     from kdsl.search.eval import sandbox as sb
     box = object.__new__(sb.Sandbox)
+    box.device = "cuda"
     log = []
     box._judge_work = lambda: log.append("judge")
 
@@ -767,7 +777,7 @@ def test_every_probe_step_follows_the_judges_own_work_on_the_device():
     assert (trip, per_call) == (0.0, 1.0)  # a call of nothing costs 1 ms a call, no more
 
 
-def test_a_probe_waits_as_long_as_the_judge_works_between_steps():
+def test_a_probe_waits_as_long_as_the_judge_works_between_steps(monkeypatch):
     """The process is stopped through PROBE_GAP_MS of the judge's work before each probe, as
     through the judge's work between timed steps: its idle cores wake slower after it."""
     import time
@@ -775,9 +785,11 @@ def test_a_probe_waits_as_long_as_the_judge_works_between_steps():
     from kdsl.search.eval import sandbox as sb
     box = object.__new__(sb.Sandbox)
     box.device, box._scratch = "cpu", None
+    assert sb.PROBE_GAP_MS["cuda"] > 0
+    monkeypatch.setitem(sb.PROBE_GAP_MS, "cpu", 5.0)  # (the CPU's is none: the wait is tested)
     start = time.perf_counter()
     box._judge_work()
-    assert (time.perf_counter() - start) * 1e3 >= sb.PROBE_GAP_MS > 0
+    assert (time.perf_counter() - start) * 1e3 >= 5.0
 
 
 def test_an_oracle_that_runs_out_of_device_memory_is_computed_on_the_host(monkeypatch):

@@ -28,8 +28,13 @@ import time
 from typing import Callable
 
 BATCH = 10            # runs queued behind one wait
-FIRST_WAIT_MS = 1.0   # the least wait, and a step's (``each``); more for a batch
-                      # when the warmup showed a slower host
+FIRST_WAIT_MS = 1.0   # the least wait; more when the warmup showed a slower host
+# a step's wait (``each``), as its probes': what a forged timer could skip and work through
+# unclocked, so no longer than a step's calls need to be queued ahead of the card. A
+# generated wrapper took 0.1-0.32 ms of the host's to queue a call on an H100 (2026-12-07,
+# ``bench/step_costs.py``), and the card is busy meanwhile with the calls already queued
+# (each behind its flush, 0.09 ms).
+STEP_WAIT_MS = 0.5
 MAX_WAIT_MS = 200.0   # a batch behind a wait this long is kept as timed
 
 
@@ -89,7 +94,7 @@ class CudaTimer:
 
     def each(self, fns: list) -> list[float]:
         """One timed run of each of ``fns``, in order, all queued behind one wait of
-        ``FIRST_WAIT_MS``: a step of the judge's (``candidate_main``), whose calls then share
+        ``STEP_WAIT_MS``: a step of the judge's (``candidate_main``), whose calls then share
         one head start instead of paying one each. The step runs once, whatever its wait
         did: the judge's clock times the whole step and subtracts what a probe's step cost
         (its calls of nothing queued behind this same wait), so a longer wait, or the step
@@ -107,10 +112,10 @@ class CudaTimer:
         self._flush_buffer(torch)
         torch.cuda.synchronize()
         try:
-            samples, held = self._batch(torch, fns, None, FIRST_WAIT_MS)
+            samples, held = self._batch(torch, fns, None, STEP_WAIT_MS)
         finally:
             torch.cuda.synchronize()
-        self.last_step = {"wait_ms": FIRST_WAIT_MS, "held": held,
+        self.last_step = {"wait_ms": STEP_WAIT_MS, "held": held,
                           "queue_ms": round(self._last_queue_ms, 4)}
         return samples
 

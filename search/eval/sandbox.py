@@ -23,6 +23,7 @@ import multiprocessing.util  # noqa: F401 - Finalize
 import os
 import shutil
 import signal
+import statistics
 import tempfile
 import time
 import weakref
@@ -40,28 +41,45 @@ PROBES_KEPT = 10  # the last ones (the first calls of a timer can be slow: a CUD
 PROBE_CALLS = 8  # calls in the longer probe step: a call's own cost apart from the step's
 # how long the judge works before each probe, the process stopped (``_judge_work``), as it
 # does between two timed steps (the inputs varied, the outputs kept: 1.5-85 ms a step on an
-# H100, 9-22 ms on the 2-core VM). A process stopped that long wakes, answers and stops
-# more slowly than one asked again at once, its cores idle meanwhile, and the probes asked
-# back to back missed that: on an H100 (2026-12-07, ``bench/step_costs.py``, nine specs)
-# the request reached the candidate in 0.04-0.08 ms at a probe and 0.12-0.24 at a step,
-# its reply the judge in 0.05-0.09 against 0.11-0.19. With 8 ms of the judge's work
-# before each probe they took 0.10-0.21 and 0.10-0.13, and the fastest probe rose by
-# 0.15-0.2 ms, what every honest step had paid on top of its calls. A forger gains
-# nothing from it that a step does not cost it too: it is stopped through the judge's
-# work as through a probe's.
-PROBE_GAP_MS = 8.0
+# H100). A process stopped that long wakes, answers and stops more slowly than one asked
+# again at once, its cores idle meanwhile, and the probes asked back to back missed that:
+# on an H100 (2026-12-07, ``bench/step_costs.py``, nine specs) the request reached the
+# candidate in 0.04-0.08 ms at a probe and 0.12-0.24 at a step, its reply the judge in
+# 0.05-0.09 against 0.11-0.19. With 8 ms of the judge's work before each probe they took
+# 0.10-0.21 and 0.10-0.13, and the fastest probe rose by 0.15-0.2 ms, what every honest
+# step had paid on top of its calls. A forger gains nothing from it that a step does not
+# cost it too: it is stopped through the judge's work as through a probe's. None on the
+# CPU: there the judge's work between steps runs on the candidate's cores, which do not
+# idle, and a probe after an idle core read slower than the steps (a forged timer claimed
+# 0.009 ms for its 0.11 ms softmax, one run in five, ``tests/attacks``).
+PROBE_GAP_MS = {"cuda": 8.0, "cpu": 0.0}
+# the most a step's subtracted cost may stand above its fastest probe (``step_costs``). None
+# on the CPU, where the baseline is timed on the judge's clock as candidates are (it pays
+# what they pay) and kernels of 0.1 ms run two calls a step: a quarter of a millisecond
+# a step let a forged timer claim 0.02 ms for its 0.11 ms softmax (``tests/attacks``,
+# clock_slack_walk_once.c, one run in three). On a GPU a forged timer could already skip
+# the step's wait (``cuda_timer.STEP_WAIT_MS``), and the baseline is timed by its events.
+TRIP_SPREAD_MS = {"cpu": 0.0, "cuda": 0.25}
 
 
-def step_costs(ones: list[float], manys: list[float], calls: int) -> tuple[float, float]:
+def step_costs(ones: list[float], manys: list[float], calls: int,
+               spread_ms: float) -> tuple[float, float]:
     """(a step's own cost, a call's) from the probes' extras (wall less samples) of steps of
-    one call and of ``calls`` calls: the least of each. Whatever is subtracted from a wall is
-    time the candidate could have worked unclocked, and a busy host only ever lengthens a
-    step, so the fastest probe is the one that measured the step and nothing else. (Their
-    median was an allowance whenever the host was busy while the probes ran: on the 2-core
-    VM, with two other processes busy on its cores, 3.6 ms against 0.12 ms on a quiet host;
-    in such an allowance a worker thread left running after the reply computed a step's
-    outputs of a softmax, accepted at 0.05 ms a call against its honest twin's 0.55.)"""
-    one, many = min(ones), min(manys)
+    one call and of ``calls`` calls: the median of each, but never more than
+    ``TRIP_SPREAD_MS`` above the fastest. Whatever is subtracted from a wall is time the
+    candidate could have worked unclocked; what is not subtracted, an honest kernel pays.
+    The fastest probe was subtracted until 2026-12-07: on an H100 the probes of a step
+    spread 0.1-0.3 ms above their fastest, the timed steps as much, and every honest
+    kernel's figure carried that spread over its calls (0.08 ms a call of a 0.18 ms
+    softmax, two calls a step). Their median stands where the steps' does, once the probes
+    follow the judge's work as steps do (``PROBE_GAP_MS``). The cap is for a busy host:
+    on the 2-core VM, with two other processes busy on its cores, the median read 3.6 ms
+    against 0.12 ms on a quiet host, and a worker thread left running after the reply
+    computed a step's outputs of a softmax inside that allowance (accepted at 0.05 ms a
+    call against its honest twin's 0.55; since then the clock also runs until every task
+    is seen stopped)."""
+    one = min(statistics.median(ones), min(ones) + spread_ms)
+    many = min(statistics.median(manys), min(manys) + spread_ms)
     call = max(0.0, (many - one) / (calls - 1))
     return max(0.0, one - call), call
 
@@ -131,7 +149,7 @@ class Sandbox:
                 _, got = self.call("probe", n)
                 extra[n].append(max(0.0, self.last_wall_ms - sum(got)))
         return step_costs(extra[1][-PROBES_KEPT:], extra[PROBE_CALLS][-PROBES_KEPT:],
-                          PROBE_CALLS)
+                          PROBE_CALLS, TRIP_SPREAD_MS.get(self.device, 0.0))
 
     def _judge_work(self) -> None:
         """What comes before every timed step: the judge's own work on the device (the
@@ -141,7 +159,7 @@ class Sandbox:
         context to the candidate's, so a probe without it measured a step too cheap: on an
         H100 (2026-12-06, ``bench/wait_clock.py``) a 1 ms wait and a sync took 1.13 ms on
         the host's wall after another process's small write, 0.98 ms after one of its own."""
-        until = time.perf_counter() + PROBE_GAP_MS / 1e3
+        until = time.perf_counter() + PROBE_GAP_MS.get(self.device, 0.0) / 1e3
         if self.device == "cuda":
             import torch
             if self._scratch is None:

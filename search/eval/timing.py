@@ -671,13 +671,15 @@ def disturbed(clock: dict, claimed: list[float], device: str) -> bool:
 
 
 def subtracted_trip_ms(kernel) -> float:
-    """A step's own cost, subtracted from each wall: the probe's, but never more than the
-    least any step of this request left beside what its calls claimed (``step_extras``). A
-    probe taken on a busy host reads high, and the excess was time the candidate worked
-    unclocked; a step of the request itself bounds it from above (a timer that claims less
-    only widens that step's extra, one that claims more only lowers its own bound)."""
+    """A step's own cost, subtracted from each wall: the probes' (``sandbox.step_costs``),
+    but never more than the median of what this request's steps left beside what their
+    calls claimed (``step_extras``). A probe taken on a busy host reads high, and the
+    excess was time the candidate worked unclocked; the request's own steps bound it from
+    above (a timer that claims less only widens a step's extra, one that claims more only
+    lowers its own bound)."""
     extras = getattr(kernel, "step_extras", None)
-    return max(0.0, min([kernel.trip_ms, *(extras or ())]))
+    bound = [statistics.median(extras)] if extras else []
+    return max(0.0, min([kernel.trip_ms, *bound]))
 
 
 def judged_calls(kernel, samples: list[float], device: str = "cpu"
