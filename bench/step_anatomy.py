@@ -57,7 +57,8 @@ def child(conn, sets):
             b.record(); torch.cuda.synchronize()
             gpu = a.elapsed_time(b)
         conn.send(("ok", samples, {"recv": t_recv, "each": t_each, "send": time.perf_counter(),
-                                    "gpu_span": gpu, "queue_ms": timer._queue_ms}))
+                                    "gpu_span": gpu,
+                                    "queue_ms": timer.last_step.get("queue_ms", 0.0)}))
 
 
 def main():

@@ -160,14 +160,19 @@ class Sandbox:
         H100 (2026-12-06, ``bench/wait_clock.py``) a 1 ms wait and a sync took 1.13 ms on
         the host's wall after another process's small write, 0.98 ms after one of its own."""
         until = time.perf_counter() + PROBE_GAP_MS.get(self.device, 0.0) / 1e3
-        if self.device == "cuda":
-            import torch
-            if self._scratch is None:
-                self._scratch = torch.zeros(1024, device="cuda")
-            self._scratch.add_(1)
-            torch.cuda.synchronize()
+        self._write_on_card()
         while time.perf_counter() < until:  # (busy, as the judge is between steps)
             pass
+
+    def _write_on_card(self) -> None:
+        """A small write of the judge's own on the GPU, and a sync (nothing elsewhere)."""
+        if self.device != "cuda":
+            return
+        import torch
+        if self._scratch is None:
+            self._scratch = torch.zeros(1024, device="cuda")
+        self._scratch.add_(1)
+        torch.cuda.synchronize()
 
     def call(self, *message):
         """Send one request; its reply, or CandidateFault for what went wrong."""
@@ -198,6 +203,14 @@ class Sandbox:
         # /proc read or two a thread (0.1-0.3 ms a step on the 2-core VM), which the probes
         # of the clean process pay too and ``trip_ms`` takes off
         self._settle(outside)
+        if message[0] in spin.TIMED:
+            # and once the card has served what the candidate queued: work it queued and
+            # did not wait for runs on after its reply, while its process is stopped, and
+            # the card, which switches between contexts when the running one runs dry (or
+            # at the end of its time slice), runs it before the judge's write. The judge's
+            # code in the candidate's process syncs before every reply, so an honest step
+            # pays only the switch, which the probes pay too
+            self._write_on_card()
         self.last_wall_ms = (time.perf_counter() - start) * 1e3
         cut = fd_passing.shrunk(self._files)
         if cut:  # (before the judge reads any of that memory again)
