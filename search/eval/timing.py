@@ -584,12 +584,14 @@ def as_kernel(kernel, timer: Timer):
 
 # The judge's clock. A candidate's timed calls come in steps, a round trip each, and the
 # judge times every step (``RemoteKernel.walls``), from before it wakes the process to the
-# signal that stops it again. Before any candidate code was loaded it measured what a step
-# and its calls cost by themselves, as steps of calls of nothing (``trip_ms`` a step,
-# ``call_ms`` a call: on a GPU the step's calls are queued behind one head start, a
-# busy-wait of about 1 ms that the step's cost takes in, and each call flushes L2), each the
-# least of its probes (``sandbox.step_costs``), the step's no more than the
-# least that any step of the request left beside its claimed calls (``subtracted_trip_ms``). Each
+# signal that stops it again (on a GPU, until the card has served what the process queued).
+# Before any candidate code was loaded it measured what a step and its calls cost by
+# themselves, as steps of calls of nothing (``trip_ms`` a step, ``call_ms`` a call: on a GPU
+# the step's calls are queued behind one head start, a busy-wait of 0.5 ms that the step's
+# cost takes in, and each call flushes L2), each the least of its probes on the CPU and
+# their median on a GPU, at most ``sandbox.TRIP_SPREAD_MS`` above the least
+# (``sandbox.step_costs``), the step's no more than the median that the steps of the
+# request left beside their claimed calls (``subtracted_trip_ms``). Each
 # call's sample counts at least its share of its step's wall less exactly those
 # measured costs, with no allowance: a process that forges its own timer (native code can
 # reach anything in it) is then timed by the judge's clock, whose error is the step's own cost
