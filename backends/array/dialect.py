@@ -124,6 +124,10 @@ class Dialect:
     def einsum(self, spec: str, operands: list[str], optimize: bool) -> str:
         raise NotImplementedError
 
+    def flip(self, code: str, dims: list[int]) -> str:
+        """``code`` read in reverse along ``dims``."""
+        raise NotImplementedError
+
     def ufunc(self, fn: str, args: list[Val]) -> str:
         raise NotImplementedError
 

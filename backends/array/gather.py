@@ -1,8 +1,9 @@
 """Reads ``t[subscripts] pad(v)``: slices where the IR allows them, gathers otherwise.
 
 A subscript that is a bound index over a static range (optionally shifted by
-a constant) becomes a slice, so the read is a view; the rest are index
-arrays. When the index arrays sit together between leading and trailing
+a constant, or subtracted from one: a reversed read, a flip) becomes a slice, so
+the read is a view (numpy's flip is one too; torch's copies, without an index
+array); the rest are index arrays. When the index arrays sit together between leading and trailing
 slices (numpy and torch place their broadcast dims there), the read stays one
 indexing expression whose result is already in grid order. Index arrays that
 may leave the tensor are clipped: those of padded reads (the pad is selected
@@ -29,6 +30,7 @@ class Part:
     clip: bool = False
     axis: object = None       # slices: the Axis, and a constant shift
     shift: str = ""
+    flip: bool = False        # slices: read in reverse, index ``shift - axis``
 
 
 def render_access(low, e: ir.Access, env) -> Val:
@@ -69,6 +71,9 @@ def _slice(low, s, p, info, env, padded, mentions) -> Part | None:
             return Part("slice", ":" if full else f"{ax.lo}:{ax.hi}", ax.pos, axis=ax)
     if padded or not (isinstance(s, ir.Binary) and s.op in ("+", "-")):
         return None
+    reversed_read = _reversed(low, s, env, mentions)
+    if reversed_read is not None:
+        return reversed_read
     name, const = (s.left, s.right) if isinstance(s.left, ir.Name) else (s.right, s.left)
     if not isinstance(name, ir.Name) or (s.op == "-" and name is not s.left):
         return None
@@ -81,6 +86,23 @@ def _slice(low, s, p, info, env, padded, mentions) -> Part | None:
     ax = env.axes[name.name]
     shift = c.code if s.op == "+" else f"(-{c.code})"
     return Part("slice", f"{ax.lo} + {shift}:{ax.hi} + {shift}", ax.pos, axis=ax, shift=shift)
+
+
+def _reversed(low, s: ir.Binary, env, mentions) -> Part | None:
+    """``c - i`` (``c`` free of the grid's indices, ``i`` a static index no other subscript
+    mentions): the slice of the indices it reads, to be read in reverse (``_basic``). A
+    suffix scan (``sum(k in j .. N)``, run as a flip, a scan and a flip) read its flips as
+    gathers: KernelBench 91 on numpy took 474 ms against eager's 17."""
+    name = s.right
+    if s.op != "-" or not isinstance(name, ir.Name) or name.name not in env.axes or \
+            mentions.count(name.name) != 1 or aa.free_names(s.left) & set(env.axes):
+        return None
+    ax = env.axes[name.name]
+    c = low.ev(s.left, env)
+    if ax.dynamic or not (c.scalar and c.kind == "int"):
+        return None
+    return Part("slice", f"{c.code} - ({ax.hi}) + 1:{c.code} - ({ax.lo}) + 1", ax.pos, axis=ax,
+                shift=c.code, flip=True)
 
 
 def _in_domain(op: ir.Op, s: ir.Expr, info, p: int) -> bool:
@@ -116,10 +138,14 @@ def _basic(low, info, parts) -> Val:
         perm = sorted(range(len(positions)), key=lambda k: positions[k])
         code = subscript(low.d.transpose(code, perm),
                          [":" if q in positions else "None" for q in range(low.nd)])
+    flipped = [x.pos for x in parts if x.kind == "slice" and x.flip]
+    if flipped:  # (the view's dims are the grid's now)
+        code = low.d.flip(code, flipped)
     return low.let(code, info.kind, positions)
 
 
 def _gather(low, e: ir.Access, info, parts, env) -> Val:
+    parts = [_as_array(low, x) if x.kind == "slice" and x.flip else x for x in parts]
     adjacent = _adjacent(parts, low.nd)
     if adjacent is None:
         parts = [_as_array(low, x) if x.kind == "slice" else x for x in parts]
@@ -181,7 +207,9 @@ def _adjacent(parts, nd: int):
 
 def _as_array(low, x: Part) -> Part:
     v = low.axis_values(x.axis)
-    if x.shift:
+    if x.flip:
+        v = low.let(f"({x.shift} - {v.code})", "int", v.deps)
+    elif x.shift:
         v = low.let(f"({v.code} + {x.shift})", "int", v.deps)
     return Part("array", val=v)
 

@@ -44,6 +44,9 @@ class NumpyDialect(Dialect):
     def transpose(self, code: str, perm: list[int]) -> str:
         return f"{atom(code)}.transpose({', '.join(map(str, perm))})"
 
+    def flip(self, code: str, dims: list[int]) -> str:
+        return f"np.flip({code}, {tuple(dims)})"  # a view
+
     def einsum(self, spec: str, operands: list[str], optimize: bool) -> str:
         return f"np.einsum({spec!r}, {', '.join(operands)}, optimize={optimize})"
 

@@ -48,6 +48,9 @@ class TorchDialect(Dialect):
     def transpose(self, code: str, perm: list[int]) -> str:
         return f"{atom(code)}.permute({', '.join(map(str, perm))})"
 
+    def flip(self, code: str, dims: list[int]) -> str:
+        return f"torch.flip({code}, {tuple(dims)})"
+
     def einsum(self, spec: str, operands: list[str], optimize: bool) -> str:
         return f"torch.einsum({spec!r}, {', '.join(operands)})"
 
