@@ -39,6 +39,9 @@ def test_the_phases_of_every_round_trip_add_up_to_its_wall(tmp_path):
         # those phases and nothing else (medians of parts need not add up; minima bound)
         assert phases <= trip["wall"]["min"] * 1.05 + 0.05, (kind, trip)
         assert trip["beyond_samples"]["median"] >= 0, (kind, trip)
+        # the candidate's own trace, on the same clock: its parts fall inside the wall
+        inside = trip["to_candidate"]["min"] + trip["to_judge"]["min"]
+        assert 0 <= inside <= trip["wall"]["min"] * 1.05 + 0.05, (kind, trip)
 
 
 def test_bad_set_counts_are_one_line_and_exit_2(capsys, tmp_path):
@@ -62,3 +65,12 @@ def test_a_forced_set_count_is_what_each_step_calls(tmp_path):
         assert r["clock"]["calls_a_step"] == n
         assert {k for k in r["trips"] if k.startswith("step of")} <= {f"step of {m}"
                                                                        for m in range(1, n + 1)}
+
+
+def test_bad_probe_gaps_are_one_line_and_exit_2(capsys, tmp_path):
+    spec = str(ROOT / "specs" / "kernelbench" / "level1" / "19_relu.kspec")
+    for bad in ("-1", "x"):
+        assert step_costs.main(["--device", "cpu", "--probe-gap-ms", bad, "--out",
+                                str(tmp_path), spec]) == 2
+        err = capsys.readouterr().err
+        assert "--probe-gap-ms" in err and len(err.strip().splitlines()) == 1, err
