@@ -11,9 +11,9 @@ the stops (``halt``) and the wait until every task is seen stopped (``settle``);
 the candidate's own trace on its log (``KDSL_STEP_TRACE``, stamped on the same monotonic
 clock), into the request reaching it, its work beyond its samples (the wait, flushes, host
 and syncs) and the reply reaching the judge, with whether the step's wait held. What
-the judge subtracts from a step is the probes' fastest own cost; what an honest step
-costs beyond its samples is the steps' median: their difference is what the honest kernel
-pays on the judge's clock (``sandbox.step_costs``, ``timing.judged_calls``). With
+the judge subtracts from a step is the probes' own cost; what an honest step costs beyond
+its samples is the steps' median: their difference is what the honest kernel pays on the
+judge's clock (``sandbox.step_costs``, ``timing.judged_calls``). With
 ``--poll both`` the same specs run twice, in one fresh process each, with the polled wait
 (``search/eval/spin.py``) on and off. ``--sets 1,2,4,8`` runs each mode again with that many
 input sets a step (the judge's own choice, ``timing.input_sets``, otherwise): a cost the
@@ -96,10 +96,11 @@ def measure(paths: list[str], device: str) -> dict:
             row["in_candidate_beyond_samples"].append(
                 (traced["reply_at"] - traced["read_at"]) * 1e3 - sum(reply[1]))
             row["to_judge"].append((marks["recv"] - traced["reply_at"]) * 1e3)
-            step = traced.get("step") or {}
-            row["wait"].append(step.get("wait_ms", 0.0))
-            row["held"].append(1.0 if step.get("held") else 0.0)
-            row["host_queuing"].append(step.get("queue_ms", 0.0))
+            step = traced.get("step")
+            if step:  # (a GPU's timer: its wait, whether it held, the host's queuing)
+                row["wait"].append(step.get("wait_ms", 0.0))
+                row["held"].append(1.0 if step.get("held") else 0.0)
+                row["host_queuing"].append(step.get("queue_ms", 0.0))
         for name in PHASES:
             row[name].append((marks[name] - start) * 1e3)
             start = marks[name]

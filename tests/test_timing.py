@@ -1010,3 +1010,30 @@ def test_the_draws_do_not_repeat_along_a_large_input():
     assert float(((first[w:2 * w] / first[:w]) == (second[w:2 * w] / second[:w]))
                  .float().mean()) < 1e-3
     assert 0.5 <= float(f.abs().min()) and float(f.abs().max()) < 2.0
+
+
+def test_a_gpu_step_ends_once_the_card_has_run_what_the_candidate_left_queued(monkeypatch):
+    """``drain_card``: the judge's writes go on while each waits on work another context
+    left on the card (a slice at a time), and the clock with them; a card never free of it
+    fails the candidate. Here a fake card: each synced write takes the next scripted ms."""
+    import time as _time
+
+    import torch as real_torch
+
+    from kdsl.search.eval import sandbox as sb
+
+    class Scratch:
+        def add_(self, _):
+            return self
+
+    def card(script):
+        waits = iter(script)
+        monkeypatch.setattr(real_torch.cuda, "synchronize",
+                            lambda *a: _time.sleep(next(waits, 0.0001) / 1e3))
+    card([0.1])  # an honest step: the switch between contexts, once
+    assert sb.drain_card(Scratch()) < 5
+    card([2.0, 2.0, 2.0, 0.1])  # 6 ms of queued work, served a slice at a time
+    assert sb.drain_card(Scratch()) >= 6.0
+    monkeypatch.setattr(sb, "DRAIN_MAX_MS", 20.0)
+    card([2.0] * 100)  # a kernel that never ends
+    assert sb.drain_card(Scratch()) is None

@@ -305,8 +305,9 @@ class _Host:
         """One timed call on each set of ``ks``, in order: their samples. On a GPU the
         step's calls are queued behind one head start (``CudaTimer.each``), not one each:
         the judge subtracts a step's and a call's own costs exactly, and a forged timer
-        could work through them, so about 1 ms a step and 0.09 a call (the wait; the flush)
-        give less away than 1.15 ms a call (a wait, a sync and the flush; H100, 2026-12-06)
+        could work through them, so 0.5 ms a step (1 ms until 2026-12-07) and 0.09 a call
+        (the wait; the flush) give less away than 1.15 ms a call (a wait, a sync and the
+        flush; H100, 2026-12-06)
         wherever a step has two calls or more, and a step of four calls of a GELU took
         1.9 ms of wall instead of 5.6. What each call was handed is checked as it
         returns."""

@@ -107,6 +107,7 @@ class CudaTimer:
         way out, whatever a call raised: nothing of the candidate's still runs once it
         answers. ``last_step``: the wait, whether it held and the host's queuing (ms)."""
         import torch
+        self.last_step = {}
         if not fns:
             return []
         self._flush_buffer(torch)

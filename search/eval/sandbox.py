@@ -12,8 +12,9 @@ at a time and times on its own clock as well (``walls``). The judge's own
 tensors go to the candidate, in memory the judge owns (CUDA tensors through CUDA IPC;
 CPU tensors moved into shared memory in place, once), so what the judge checks is what
 the candidate wrote, where it wrote it. Between requests the process is
-stopped (SIGSTOP): nothing it left running can write into that memory while the judge
-reads it, or work while the judge times the baseline.
+stopped (SIGSTOP): nothing it left running on the host can write into that memory while
+the judge reads it, or work while the judge times the baseline; and on a GPU a timed
+request's clock runs until the card has nothing of it left to run (``drain_card``).
 """
 from __future__ import annotations
 
@@ -60,6 +61,36 @@ PROBE_GAP_MS = {"cuda": 8.0, "cpu": 0.0}
 # clock_slack_walk_once.c, one run in three). On a GPU a forged timer could already skip
 # the step's wait (``cuda_timer.STEP_WAIT_MS``), and the baseline is timed by its events.
 TRIP_SPREAD_MS = {"cpu": 0.0, "cuda": 0.25}
+
+
+# A timed request's clock on a GPU ends once a write of the judge's own comes back this fast
+# (``drain_card``): the card had nothing else to run. The judge's code in a candidate's
+# process syncs before every reply, so an honest step's first write pays only the switch
+# between the two contexts (0.15 ms on an H100, ``bench/wait_clock.py``). A process still
+# running work on the card after DRAIN_MAX_MS is stopped, its candidate failed.
+DRAIN_QUIET_MS = 0.5
+DRAIN_MAX_MS = 1000.0
+
+
+def drain_card(scratch) -> float | None:
+    """Writes of the judge's own into ``scratch`` on the GPU, each synced, until one takes
+    at most ``DRAIN_QUIET_MS``: the ms it took, or None if the card still ran other work
+    after ``DRAIN_MAX_MS``. Work that a candidate queued and did not wait for runs on after
+    its reply, while its process is stopped; the card switches between contexts when the
+    running one runs dry or at the end of its time slice, so each write waits for that work
+    or a slice of it, and the writes go on until it is done. (This rests on a time slice
+    longer than DRAIN_QUIET_MS; ``bench/unsynced_reply.py`` measures it.)"""
+    import torch
+    start = time.perf_counter()
+    while True:
+        before = time.perf_counter()
+        scratch.add_(1)
+        torch.cuda.synchronize()
+        now = time.perf_counter()
+        if (now - before) * 1e3 <= DRAIN_QUIET_MS:
+            return (now - start) * 1e3
+        if (now - start) * 1e3 > DRAIN_MAX_MS:
+            return None
 
 
 def step_costs(ones: list[float], manys: list[float], calls: int,
@@ -169,10 +200,14 @@ class Sandbox:
         if self.device != "cuda":
             return
         import torch
-        if self._scratch is None:
-            self._scratch = torch.zeros(1024, device="cuda")
-        self._scratch.add_(1)
+        self._card_scratch().add_(1)
         torch.cuda.synchronize()
+
+    def _card_scratch(self):
+        if self._scratch is None:
+            import torch
+            self._scratch = torch.zeros(1024, device="cuda")
+        return self._scratch
 
     def call(self, *message):
         """Send one request; its reply, or CandidateFault for what went wrong."""
@@ -203,14 +238,13 @@ class Sandbox:
         # /proc read or two a thread (0.1-0.3 ms a step on the 2-core VM), which the probes
         # of the clean process pay too and ``trip_ms`` takes off
         self._settle(outside)
-        if message[0] in spin.TIMED:
-            # and once the card has served what the candidate queued: work it queued and
-            # did not wait for runs on after its reply, while its process is stopped, and
-            # the card, which switches between contexts when the running one runs dry (or
-            # at the end of its time slice), runs it before the judge's write. The judge's
-            # code in the candidate's process syncs before every reply, so an honest step
-            # pays only the switch, which the probes pay too
-            self._write_on_card()
+        if message[0] in spin.TIMED and self.device == "cuda" and \
+                drain_card(self._card_scratch()) is None:
+            # (and once the card has run what the candidate queued; the probes pay the
+            # drain too, an honest step only the switch between contexts)
+            self.stop()
+            raise CandidateFault(f"its process left work running on the GPU for more than "
+                                 f"{DRAIN_MAX_MS:g} ms after its reply")
         self.last_wall_ms = (time.perf_counter() - start) * 1e3
         cut = fd_passing.shrunk(self._files)
         if cut:  # (before the judge reads any of that memory again)

@@ -5,10 +5,11 @@ the process runs its calls and replies, and the judge's clock runs throughout. E
 that sleeps in a blocking read is woken by the scheduler, on a core that may have gone
 idle meanwhile. On an H100 (2026-12-05, ``bench/step_costs.py``) a step of one call of
 nothing took 1.40 ms at its fastest and 1.82 ms at its median, and a step around a 4.2 ms
-relu about 0.28 ms more than that median besides. The judge subtracts only a step's
-fastest own cost (anything more would be time a candidate could work unclocked,
-``sandbox.step_costs``), so every honest step pays the spread: 0.7 ms a call on that relu,
-a sixth of its time. Wake-ups are the part of a step that polling removes; how much of the
+relu about 0.28 ms more than that median besides. The judge subtracted only a step's
+fastest own cost then (anything more would be time a candidate could work unclocked), so
+every honest step paid the spread: 0.7 ms a call on that relu, a sixth of its time (since
+2026-12-07 it subtracts the probes' median on a GPU, at most 0.25 ms above the fastest,
+``sandbox.step_costs``). Wake-ups are the part of a step that polling removes; how much of the
 spread they are on a GPU is what ``bench/step_costs.py --poll both`` measures.
 
 Only on a GPU, whose calls leave the host's cores idle: on the CPU the candidate computes

@@ -593,7 +593,8 @@ def as_kernel(kernel, timer: Timer):
 # (``sandbox.step_costs``), the step's no more than the median that the steps of the
 # request left beside their claimed calls (``subtracted_trip_ms``). Each
 # call's sample counts at least its share of its step's wall less exactly those
-# measured costs, with no allowance: a process that forges its own timer (native code can
+# measured costs, with no allowance beyond the probes' spread on a GPU (at most
+# ``sandbox.TRIP_SPREAD_MS``): a process that forges its own timer (native code can
 # reach anything in it) is then timed by the judge's clock, whose error is the step's own cost
 # varying around its probed median, as likely up as down, and a call's own cost: the timer's
 # flush and the step's head start, which a forged timer need not run and could spend
@@ -729,7 +730,7 @@ def judged_calls(kernel, samples: list[float], device: str = "cpu"
 SET_COPIES = 5
 # On a GPU a small point gets up to GPU_SETS sets, their copies within GPU_SETS_BYTES. A
 # step of timed calls is one call on each set, and what a step itself costs on the judge's
-# clock beyond the least of its probes (the round trip's wake-ups) is shared by its calls:
+# clock beyond what its probes cost (the round trip's wake-ups) is shared by its calls:
 # with one set a 3 ms relu read 0.81 ms a call over its own timer (H200), with two sets
 # the GEMMs 0.12-0.86 ms (H200) and 0.02-0.25 ms (H100, polling); a step of two or four
 # calls cost an H100 0.04-0.58 ms beyond its probes with a head start a call and 0.17-0.71
