@@ -17,7 +17,7 @@ from .builtins import CASTS, CONSTANTS, ELEMENTWISE, INDEX_BUILTINS
 from .domains import domain_errors, empty_domain_errors
 from .assemble import arithmetic_too_large
 from .errors import Diagnostic
-from .extents import Why as _Why, affine_extent, from_readers, is_size
+from .extents import Why as _Why, affine_extent, from_readers, is_size, window_extent
 from .intervals import MAX_INT_BITS, IntervalEval, too_large
 from .parser import COLLECTIVES, CONSTANT_AT, REDUCTIONS, SCANS
 from .show import format_expr
@@ -279,7 +279,8 @@ class Checker:
                     continue
                 ext = self._infer_extent(name, st.value, scope)
                 if not isinstance(ext, tuple):
-                    ext = _chosen(st, name) or from_readers(self, st, p) or ext
+                    ext = _chosen(st, name) or from_readers(self, st, p) or \
+                        window_extent(self, name, st.value, scope) or ext
                 if isinstance(ext, _Why):
                     self.fatal(ext.loc, f"cannot infer the range of index '{name}' from "
                                         f"{ext.what}; declare it on the left side, like "

@@ -3,7 +3,10 @@
 When no tensor is read with an index plainly (``x[i]``), the checker takes its
 range from a subscript affine in it, ``c * u + r`` (u then runs over the dim's
 size divided by c) or ``D - 1 - u`` (a flip), and an intermediate's index from
-the statements that read it. Only ``+``, ``-``, unary minus and a product by a
+the statements that read it; failing those, a left-side index from a subscript
+whose r spans more than a step: the windows that fit, as a convolution's or a
+pool's output has them, (D - lo - hi - 1) // c + 1 for r in lo .. hi (lo 0, or
+below it on a padded read). Only ``+``, ``-``, unary minus and a product by a
 size (dims and integers) keep a subscript affine: a division, a call or a read
 of another tensor does not. Each function takes the checker (``ck``) for what
 it knows: the tensors so far, the sampled sizes and the intervals of values.
@@ -37,6 +40,29 @@ def affine_extent(ck, name: str, expr: ir.Expr, scope: dict, around=()):
     ``D - 1 - u`` (a flip): u in 0 .. D. (extent, origin) from the first such subscript
     that fits, else the ``Why`` of the first that did not, or None."""
     why = None
+    for form, t, p, node, bound in _affine_reads(ck, name, expr, around):
+        got = _solve(ck, name, form, t, p, node.subscripts[p], scope, bound)
+        if isinstance(got, tuple):
+            return got
+        why = why or got
+    return why
+
+
+def window_extent(ck, name: str, expr: ir.Expr, scope: dict):
+    """The range of a left-side index ``u`` from the first subscript ``c * u + r`` whose r
+    spans more than a step: the windows that fit (``_windows``), or None. The last resort
+    for a left-side index, after its plain reads, the exact affine forms and its readers."""
+    for form, t, p, node, bound in _affine_reads(ck, name, expr, ()):
+        if form[0] > 0:
+            got = _windows(ck, name, form, t, p, node, expr, scope, bound)
+            if got is not None:
+                return got
+    return None
+
+
+def _affine_reads(ck, name: str, expr: ir.Expr, around):
+    """(form, tensor, dim, read, ranges bound around it) of each subscript affine in
+    ``name``, of a tensor known by now, where ``name`` is not shadowed."""
     for node, bound in reads(expr, around):
         t = ck.tensors.get(node.tensor)
         if t is None or isinstance(t.domain, ir.Offsets) or \
@@ -45,11 +71,7 @@ def affine_extent(ck, name: str, expr: ir.Expr, scope: dict, around=()):
         for p, sub in enumerate(node.subscripts[:len(t.shape)]):
             form = affine(sub, name, ck.op.dims)
             if form is not None:
-                got = _solve(ck, name, form, t, p, sub, scope, bound)
-                if isinstance(got, tuple):
-                    return got
-                why = why or got
-    return why
+                yield form, t, p, node, bound
 
 
 def _solve(ck, u: str, form, t: ir.Tensor, p: int, sub: ir.Expr, scope: dict, bound):
@@ -83,6 +105,103 @@ def _solve(ck, u: str, form, t: ir.Tensor, p: int, sub: ir.Expr, scope: dict, bo
                        f"not 0 .. {step - 1} (the step {format_expr(c)} of '{u}' less one), "
                        f"at {where}")
     return ext, f"dim {p} of {t.name} in steps of {format_expr(c)}"
+
+
+def _windows(ck, u: str, form, t: ir.Tensor, p: int, node: ir.Access, expr: ir.Expr,
+             scope: dict, bound):
+    """(extent, origin) of ``u`` from ``c * u + r`` where r spans lo .. hi beyond a step: the
+    windows that fit the dim, (D - lo - hi - 1) // c + 1, as torch sizes a convolution's
+    output (a padded read's lo below 0 is its padding, and it pads the far end as much:
+    symmetric; a strided read only where padded). Only where r's bounds are sums of sizes
+    and of indices with known ranges, a reduction's inferred from the statement (a
+    convolution's taps, from its weight), and at least one window fits; else None. A
+    convolution written with its output an intermediate, ``c[b, o, l] = sum(i, k)
+    x[b, i, l + k] * w[o, i, k]``, then activated and pooled, was refused: its positions
+    never index a tensor plainly."""
+    _, c, r = form
+    d = t.shape[p]
+    if any(b.name == u for b in bound):
+        return None
+    ranges = {name: (idx.lo, idx.hi) for name, idx in scope.items()}
+    known = []
+    for b in bound:  # innermost last: a later binding of a name hides an earlier one
+        rng = (b.lo, b.hi) if b.lo is not None else _implicit(ck, b.name, expr, scope)
+        if rng is None:
+            if _uses(r, b.name):
+                return None
+            continue
+        ranges[b.name] = rng
+        known.append(ir.IndexRange(b.name, rng[0], rng[1]))
+    span = _span(r, ranges, ck.op.dims)
+    if span is None:
+        return None
+    lo, hi = span
+    padded = node.pad is not None
+    if c != ONE and not padded:
+        # (an unpadded strided read whose size is no multiple of its step is as likely a
+        # group whose channels must divide evenly as a pool's floor: the exact rule's
+        # error stands, and a pool's output takes its range from its readers)
+        return None
+    ext = ir.Binary("+", ir.Binary("//", ir.Binary(
+        "-", ir.Binary("-", d, _join("+", lo, hi)), ONE), c), ONE)
+    wider = False
+    for sizes in ck.samples:
+        step = evaluate(c, sizes)
+        low, high = evaluate(lo, sizes), evaluate(hi, sizes)
+        seen = _interval(ck, r, scope, tuple(known), sizes)
+        if step < 1 or seen is None or seen != (low, high) or \
+                (low != 0 if not padded else low > 0) or evaluate(ext, sizes) < 1:
+            return None
+        wider = wider or high - low >= step
+    if not wider:  # (r within one step everywhere: the exact rule's, and its error)
+        return None
+    return ext, f"the windows of {format_expr(r)} that fit dim {p} of {t.name}"
+
+
+def _implicit(ck, name: str, expr: ir.Expr, scope: dict):
+    """(0, extent) of a reduction's index bound without a range, from the statement's plain
+    reads of it; None if none gives it (or while it is being inferred)."""
+    busy = ck.__dict__.setdefault("_windows_inferring", set())
+    if name in busy:
+        return None
+    busy.add(name)
+    try:
+        got = ck._infer_extent(name, expr, scope)
+    finally:
+        busy.discard(name)
+    return (ZERO, got[0]) if isinstance(got, tuple) else None
+
+
+def _span(e: ir.Expr, ranges: dict, dims):
+    """(least, greatest) of ``e`` as size expressions, its indices over ``ranges`` (name ->
+    (lo, hi), hi exclusive); None unless ``e`` is sizes and indices under + - and * by a
+    size."""
+    if isinstance(e, ir.Name) and e.name in ranges:
+        lo, hi = ranges[e.name]
+        return lo, _join("-", hi, ONE)
+    if is_size(e, dims):
+        return e, e
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        inner = _span(e.operand, ranges, dims)
+        return None if inner is None else (_join("-", ZERO, inner[1]), _join("-", ZERO, inner[0]))
+    if not isinstance(e, ir.Binary):
+        return None
+    if e.op == "*":
+        for size, rest in ((e.left, e.right), (e.right, e.left)):
+            if is_size(size, dims):
+                inner = _span(rest, ranges, dims)
+                # (a size is not negative: the checker's sizes are)
+                return None if inner is None else (_join("*", inner[0], size),
+                                                   _join("*", inner[1], size))
+        return None
+    if e.op not in ("+", "-"):
+        return None
+    a, b = _span(e.left, ranges, dims), _span(e.right, ranges, dims)
+    if a is None or b is None:
+        return None
+    if e.op == "+":
+        return _join("+", a[0], b[0]), _join("+", a[1], b[1])
+    return _join("-", a[0], b[1]), _join("-", a[1], b[0])
 
 
 def _interval(ck, r: ir.Expr, scope: dict, bound, sizes):

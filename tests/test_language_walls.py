@@ -24,6 +24,7 @@ from kdsl.reference import reference
 from kdsl.search.eval import correctness
 from kdsl.search.jobs import EvalConfig
 from kdsl.show import format_op
+from kdsl.sizes import evaluate
 
 GROUP_NORM = """\
 op group_norm
@@ -237,6 +238,72 @@ op conv_chain
 """)
     assert op.tensor("c").shape[1] == op.tensor("y").shape[1]
     assert op.tensor("r").shape[1] == op.tensor("y").shape[1]
+
+
+CONV_RELU_POOL = """\
+op conv_relu_pool
+  dims B, CI, CO, L, K
+  in  x: f32 [B, CI, L]
+  in  w: like x [CO, CI, K]
+  out y: like x [B, CO, (L + 3 - K) // 2]
+  c[b, o, l] = sum(i, k) x[b, i, l + k - 1] pad(0) * w[o, i, k]
+  p[b, o, q] = max(j in 0 .. 2) relu(c[b, o, q * 2 + j])
+  y[b, o, q] = p[b, o, q] * 2.0
+  baseline F.max_pool1d(torch.relu(F.conv1d(x, w, padding=1)), 2) * 2.0
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test  B in 1..3, CI in 1..4, CO in 1..4, L in 3..21, K in 1..3
+  bench B=2, CI=4, CO=4, L=64, K=3
+"""
+
+VALID_CONV_POOL_2D = """\
+op conv_pool_2d
+  dims B, CI, CO, H, W, K
+  in  x: f32 [B, CI, H, W]
+  in  w: like x [CO, CI, K, K]
+  out y: like x [B, CO, (H - K + 1) // 2, (W - K + 1) // 2]
+  c[b, co, oh, ow] = sum(ci, kh, kw) x[b, ci, oh + kh, ow + kw] * w[co, ci, kh, kw] - 0.5
+  hs[b, co, oh, ow] = c[b, co, oh, ow] * min(max(c[b, co, oh, ow] + 3, 0), 6) / 6
+  p[b, co, ph, pw] = max(i in 0 .. 2, j in 0 .. 2) hs[b, co, ph * 2 + i, pw * 2 + j]
+  y[b, co, ph, pw] = tanh(p[b, co, ph, pw])
+  baseline torch.tanh(F.max_pool2d(F.hardswish(F.conv2d(x, w) - 0.5), 2))
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test  B in 1..2, CI in 1..3, CO in 1..3, H in 4..13, W in 4..13, K in 1..3
+  bench B=2, CI=3, CO=3, H=32, W=32, K=3
+"""
+
+
+def test_a_convolution_written_as_an_intermediate_ranges_over_the_windows_that_fit():
+    """A convolution whose output is an intermediate, activated and then pooled, its
+    positions indexing no tensor plainly: they range over the windows of its taps that fit
+    the input, as torch sizes the output (a padded read pads both ends alike; a pool's
+    stride floors). An outsider's KernelBench level-2 conv, hardswish, pool and mish was
+    refused with "cannot infer the range of index 'oh'"."""
+    op = _op(CONV_RELU_POOL)
+    sizes = {"B": 1, "CI": 2, "CO": 3, "L": 10, "K": 3}
+    assert evaluate(op.tensor("c").shape[2], sizes) == 10 + 2 - 3 + 1
+    assert evaluate(op.tensor("p").shape[2], sizes) == 5
+    assert check_agreement(op, per_dtype=3).ok
+    op2 = _op(VALID_CONV_POOL_2D)
+    sizes2 = {"B": 1, "CI": 1, "CO": 1, "H": 12, "W": 9, "K": 3}
+    assert [evaluate(d, sizes2) for d in op2.tensor("c").shape[2:]] == [10, 7]
+    assert [evaluate(d, sizes2) for d in op2.tensor("p").shape[2:]] == [5, 3]
+    assert check_agreement(op2, per_dtype=3).ok
+
+
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_kernels_of_a_convolution_written_as_an_intermediate_pass_the_judge(backend):
+    _judged(_op(CONV_RELU_POOL), backend)
+    _judged(_op(VALID_CONV_POOL_2D), backend)
+
+
+def test_a_window_that_starts_past_the_dim_gives_no_range():
+    """An unpadded read whose rest starts above 0 does not say where the windows start:
+    still refused, with the reason the exact form failed."""
+    bad = _edit(CONV_RELU_POOL, "x[b, i, l + k - 1] pad(0)", "x[b, i, l + k + 1]")
+    bad = _edit(bad, "  y[b, o, q] = p[b, o, q] * 2.0\n", "  y[b, o, q] = p[b, o, q] * 2.0\n")
+    with pytest.raises(SpecError) as info:
+        spec.parse_text(bad, "t.kspec")
+    assert "cannot infer the range of index 'l'" in info.value.render()
 
 
 @pytest.mark.parametrize("edit,words", [
