@@ -1037,3 +1037,21 @@ def test_a_gpu_step_ends_once_the_card_has_run_what_the_candidate_left_queued(mo
     monkeypatch.setattr(sb, "DRAIN_MAX_MS", 20.0)
     card([2.0] * 100)  # a kernel that never ends
     assert sb.drain_card(Scratch()) is None
+
+
+def test_the_baseline_is_timed_only_once_the_card_has_run_out_of_others_work(monkeypatch):
+    """A stopped candidate's process keeps running on the GPU what it queued after an
+    untimed call; the baseline, timed once and kept for every later speedup, waits for the
+    card to be quiet, and is not timed on a card that never is."""
+    import torch as real_torch
+
+    from kdsl.search.eval import sandbox as sb
+    timing.card_quiet("cpu")  # (nothing to wait for on the CPU)
+    monkeypatch.setattr(real_torch, "zeros", lambda *a, **k: object())
+    drained = []
+    monkeypatch.setattr(sb, "drain_card", lambda scratch: drained.append(1) or 0.2)
+    timing.card_quiet("cuda")
+    assert drained == [1]
+    monkeypatch.setattr(sb, "drain_card", lambda scratch: None)
+    with pytest.raises(timing.CardBusy):
+        timing.card_quiet("cuda")

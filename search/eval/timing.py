@@ -145,6 +145,26 @@ def baseline_runner(op: ir.Op, sizes: dict[str, int], tensors: dict, mode: str,
         return (lambda: fn(*args)), "eager", f"torch.compile failed ({type(e).__name__}: {first})"
 
 
+class CardBusy(RuntimeError):
+    """The GPU kept running another process's work past ``sandbox.DRAIN_MAX_MS``."""
+
+
+def card_quiet(device: str) -> None:
+    """Before the baseline is timed on a GPU (the device held alone): every other process's
+    queued work run out. A stopped candidate's process keeps running on the card what it
+    queued and did not wait for (after a correctness call, say, which is not timed), and
+    beside the baseline's runs it would lengthen them, and every speedup measured against
+    the baseline this process keeps. Raises ``CardBusy`` where it never runs out."""
+    if device != "cuda":
+        return
+    import torch
+
+    from .sandbox import DRAIN_MAX_MS, drain_card
+    if drain_card(torch.zeros(1, device="cuda")) is None:
+        raise CardBusy(f"the GPU ran another process's work for more than {DRAIN_MAX_MS:g} "
+                       f"ms before the baseline was timed")
+
+
 def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
                   hold=contextlib.nullcontext, waited: dict | None = None) -> BaselineTime:
     """The baseline's median, once per (op, device, point, dtype, mode) in this process.
@@ -164,6 +184,7 @@ def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
         with torch.no_grad(), threads.timed_work(), allocator.freed_memory_kept():
             run, name, note = baseline_runner(op, case.sizes, tensors, mode, compile_fn)
             with hold():
+                card_quiet(device)
                 samples = timer(run, warmup=config.warmup, reps=config.reps)
             base, keep = BaselineTime(statistics.median(samples), name, note), True
             if precision.applies(op, case.dtype, device):
