@@ -125,8 +125,9 @@ def _windows(ck, u: str, form, t: ir.Tensor, p: int, node: ir.Access, expr: ir.E
     ranges = {name: (idx.lo, idx.hi) for name, idx in scope.items()}
     known = []
     for b in bound:  # innermost last: a later binding of a name hides an earlier one
-        rng = (b.lo, b.hi) if b.lo is not None else _implicit(ck, b.name, expr, scope)
-        if rng is None:
+        rng = (b.lo, b.hi) if b.lo is not None else _implicit(ck, b, expr, scope)
+        if rng is None or not all(is_size(e, ck.op.dims) for e in rng):
+            # (a range of data, or of another index: no window of sizes)
             if _uses(r, b.name):
                 return None
             continue
@@ -158,17 +159,24 @@ def _windows(ck, u: str, form, t: ir.Tensor, p: int, node: ir.Access, expr: ir.E
     return ext, f"the windows of {format_expr(r)} that fit dim {p} of {t.name}"
 
 
-def _implicit(ck, name: str, expr: ir.Expr, scope: dict):
-    """(0, extent) of a reduction's index bound without a range, from the statement's plain
-    reads of it; None if none gives it (or while it is being inferred)."""
-    busy = ck.__dict__.setdefault("_windows_inferring", set())
-    if name in busy:
+def _implicit(ck, b: ir.IndexRange, expr: ir.Expr, scope: dict):
+    """(0, extent) of a reduction's index ``b``, bound without a range, from the plain reads
+    of it in the body of the reduction that binds it; None if none gives it, if another
+    reduction of the statement binds the same name (a read of either could be taken for
+    the other's: a statement summing ``v[k]`` beside a convolution over ``w[k]`` sized
+    the convolution's window by v), or while it is being inferred."""
+    binders = [e for e in ir.walk(expr) if isinstance(e, ir.Reduce)
+               and any(i.name == b.name for i in e.indices)]
+    if len(binders) != 1 or not any(i is b for i in binders[0].indices):
         return None
-    busy.add(name)
+    busy = ck.__dict__.setdefault("_windows_inferring", set())
+    if b.name in busy:
+        return None
+    busy.add(b.name)
     try:
-        got = ck._infer_extent(name, expr, scope)
+        got = ck._infer_extent(b.name, binders[0].body, scope)
     finally:
-        busy.discard(name)
+        busy.discard(b.name)
     return (ZERO, got[0]) if isinstance(got, tuple) else None
 
 

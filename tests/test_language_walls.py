@@ -296,6 +296,26 @@ def test_kernels_of_a_convolution_written_as_an_intermediate_pass_the_judge(back
     _judged(_op(VALID_CONV_POOL_2D), backend)
 
 
+@pytest.mark.parametrize("old,new", [
+    # a second reduction binding the same name: its read must not size the window
+    ("c[b, o, l] = sum(i, k) x[b, i, l + k - 1] pad(0) * w[o, i, k]",
+     "c[b, o, l] = sum(k) v[k] + sum(i, k) x[b, i, l + k - 1] pad(0) * w[o, i, k]"),
+    # taps over a range of another index: no window of sizes (a traceback before)
+    ("c[b, o, l] = sum(i, k) x[b, i, l + k - 1] pad(0) * w[o, i, k]",
+     "c[b, o, l] = sum(i, k in 0 .. o + 1) x[b, i, l + k - 1] pad(0) * w[o, i, k]"),
+])
+def test_a_window_whose_taps_are_not_sized_by_their_own_reads_gives_no_range(old, new):
+    """A review's specs: the taps' range is taken only from the body of the one reduction
+    that binds them, and only where it is made of sizes; else the index is refused, as
+    before the windows rule, with one located error."""
+    text = _edit(CONV_RELU_POOL, old, new).replace("  in  w: like x [CO, CI, K]\n",
+                                                   "  in  w: like x [CO, CI, K]\n"
+                                                   "  in  v: like x [CI]\n")
+    with pytest.raises(SpecError) as info:
+        spec.parse_text(text, "t.kspec")
+    assert "cannot infer the range of index 'l'" in info.value.render()
+
+
 def test_a_window_that_starts_past_the_dim_gives_no_range():
     """An unpadded read whose rest starts above 0 does not say where the windows start:
     still refused, with the reason the exact form failed."""
