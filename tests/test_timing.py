@@ -730,9 +730,11 @@ def test_a_probe_inflated_by_a_busy_host_is_no_allowance():
     kernel = ClockedKernel(softmax_kernel, None, [])
     kernel.trip_ms, kernel.walls, kernel.shares = 3.6, [1.2] * 4, [2] * 4
     kernel.step_extras = [1.1, 0.2, 0.3]  # steps whose calls claimed all but 0.2-0.3 ms
-    believed, art, _ = timing.judged_calls(kernel, [0.05] * 4)
+    believed, art, _ = timing.judged_calls(kernel, [0.05] * 4, "cuda")  # (their median)
     assert believed == [pytest.approx((1.2 - 0.3) / 2)] * 4
     assert art["step_trip_ms"] == pytest.approx(0.3) and art["probed_trip_ms"] == 3.6
+    believed, art, _ = timing.judged_calls(kernel, [0.05] * 4, "cpu")  # (their least)
+    assert believed == [pytest.approx((1.2 - 0.2) / 2)] * 4
     kernel.step_extras = [5.0, 4.0]  # a request whose steps all cost more: the probe stands
     assert timing.judged_calls(kernel, [0.05] * 4)[1]["step_trip_ms"] == 3.6
 
