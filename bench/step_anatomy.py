@@ -5,7 +5,9 @@
 The judge's clock on a step runs from waking the candidate's process to seeing it stopped
 again (``sandbox.Sandbox.call``). What it subtracts is what steps of calls of nothing cost
 (the probes); an honest step that costs more than its probe predicts is charged the rest.
-This script rebuilds that round trip without the evaluator around it: a parent (the judge)
+This script rebuilds that round trip (as it was on 2026-12-06: without the probes' 8 ms gap
+and the end-of-step drain on the card that came after) without the evaluator around it: a
+parent (the judge)
 varies a set's input and poisons its output on the card, syncs, wakes a child, asks it for a
 step of calls (``CudaTimer.each``: one busy-wait, then a flush and the call, each call
 bracketed by events), and stops it again (``stopping.halt`` and ``settle``), or not. The

@@ -51,8 +51,9 @@ PROBE_CALLS = 8  # calls in the longer probe step: a call's own cost apart from 
 # step had paid on top of its calls. A forger gains nothing from it that a step does not
 # cost it too: it is stopped through the judge's work as through a probe's. None on the
 # CPU: there the judge's work between steps runs on the candidate's cores, which do not
-# idle, and a probe after an idle core read slower than the steps (a forged timer claimed
-# 0.009 ms for its 0.11 ms softmax, one run in five, ``tests/attacks``).
+# idle. With the gap there (and, then, the median bound of the request's steps, since put
+# back to the least on the CPU) a forged timer claimed 0.009 ms for its 0.11 ms softmax,
+# one run in five (``tests/attacks``); which of the two let it through was not isolated.
 PROBE_GAP_MS = {"cuda": 8.0, "cpu": 0.0}
 # the most a step's subtracted cost may stand above its fastest probe (``step_costs``). None
 # on the CPU, where the baseline is timed on the judge's clock as candidates are (it pays
