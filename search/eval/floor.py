@@ -56,10 +56,11 @@ def traffic_bytes(op: ir.Op, sizes: dict[str, int], dtype: str,
     return total
 
 
-def allocated_bytes(op: ir.Op, sizes: dict[str, int], dtype: str) -> int:
-    """Every input and output in full: what a point occupies in memory, read or not."""
+def allocated_bytes(op: ir.Op, sizes: dict[str, int], dtype: str, tensors=None) -> int:
+    """Every input and output in full (or every one of ``tensors``): what a point occupies
+    in memory, read or not."""
     return sum(_size(op, t.name, sizes) * dtypes.ITEMSIZE[op.dtype_of(t.name, dtype)]
-               for t in (*op.inputs, *op.outputs))
+               for t in (tensors if tensors is not None else (*op.inputs, *op.outputs)))
 
 
 def _size(op: ir.Op, name: str, sizes: dict[str, int]) -> int:

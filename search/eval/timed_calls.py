@@ -59,8 +59,8 @@ class CallPlan:
     seed: int = 0                                  # of the drawn sequences
     offsets: list = field(default_factory=list)    # per call: the first half's offset
     second: list = field(default_factory=list)     # per call: the second half's offset
-    snap_at: dict = field(default_factory=dict)    # set index -> call index kept
-    snaps: dict = field(default_factory=dict)      # set index -> output tensors (the copies)
+    snap_at: dict = field(default_factory=dict)    # buffer -> the call whose outputs are kept
+    snaps: dict = field(default_factory=dict)      # buffer -> output tensors (the copies)
     sequences: dict = field(default_factory=dict)  # name -> its factors, made once
     pristine: list = field(default_factory=list)   # per input set: its inputs as uploaded
     buffers: int = 1                               # input/output buffers the calls cycle
@@ -105,10 +105,10 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
          reps: int, device: str, pristine: list[dict] | None = None,
          buffers: dict | None = None) -> CallPlan:
     """Factors for ``warmup + reps`` calls cycling over the ``len(outs)`` input/output
-    buffers, and for every input set the call whose outputs are kept (a timed rep, not a
+    buffers, and for every buffer the call whose outputs are kept (a timed rep, not a
     warm-up), drawn from the OS. ``pristine``: each input set's inputs as uploaded
     (buffer k holds set k % len(pristine)); without it every buffer is a set of its own
-    and ``Calls`` copies its varied inputs. ``buffers``: set index -> tensors to keep
+    and ``Calls`` copies its varied inputs. ``buffers``: buffer -> tensors to keep
     outputs in, shared by the plans of one timing stage (each plan's kept outputs are
     checked before the next plan's calls); filled here where missing."""
     rng = random.SystemRandom()
@@ -126,7 +126,7 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
                  rng.getrandbits(62), offsets, [rng.randrange(SPREAD) for _ in range(calls)],
                  pristine=list(pristine or []),
                  buffers=len(outs), bases=len(pristine) if pristine else len(outs))
-    # each set's outputs at one of its timed calls (a set never checked could be computed
+    # each buffer's outputs at one of its timed calls (a set never checked could be computed
     # wrong at every call: it would halve the median and pass half the time), all of them
     # at one step (a call on each buffer, one round trip on the judge's clock) drawn among
     # the steps of timed calls. A step's calls share its wall: checked at calls drawn set by
@@ -135,22 +135,22 @@ def plan(op: ir.Op, sizes: dict[str, int], dtype: str, outs: list[dict], warmup:
     # accepted); a step checked whole was worked whole, and its share is the honest time
     n = p.buffers
     whole = [s for s in range(calls // n) if s * n >= warmup]
-    chosen = {}
-    if whole and n == p.bases:
+    if whole:
         s = rng.choice(whole)
-        chosen = {p.base(c): c for c in range(s * n, s * n + n)}
-    else:
-        for b in range(p.bases):
-            timed = [c for c in range(warmup, calls) if p.base(c) == b] or \
-                [c for c in range(calls) if p.base(c) == b]
+        chosen = {p.buffer(c): c for c in range(s * n, s * n + n)}
+    else:  # (no step of timed calls only: each buffer at one of its calls)
+        chosen = {}
+        for k in range(n):
+            timed = [c for c in range(warmup, calls) if p.buffer(c) == k] or \
+                [c for c in range(calls) if p.buffer(c) == k]
             if timed:
-                chosen[b] = rng.choice(timed)
-    for b, c in sorted(chosen.items()):
-        p.snap_at[b] = c
+                chosen[k] = rng.choice(timed)
+    for k, c in sorted(chosen.items()):
+        p.snap_at[k] = c
         kept = {} if buffers is None else buffers
-        if b not in kept:
-            kept[b] = {t: v.new_empty(v.shape) for t, v in outs[b].items()}
-        p.snaps[b] = kept[b]
+        if k not in kept:
+            kept[k] = {t: v.new_empty(v.shape) for t, v in outs[k].items()}
+        p.snaps[k] = kept[k]
     return p
 
 
@@ -338,10 +338,10 @@ class Calls:
         return k
 
     def keep(self, c: int) -> None:
-        b = self.p.base(c)
-        if self.p.snap_at.get(b) == c:
-            for t, v in self.p.snaps[b].items():
-                v.copy_(self.sets[self.p.buffer(c)][1][t])
+        k = self.p.buffer(c)
+        if self.p.snap_at.get(k) == c:
+            for t, v in self.p.snaps[k].items():
+                v.copy_(self.sets[k][1][t])
 
     def sequential(self):
         state = {"current": self.sets[0]}

@@ -37,7 +37,7 @@ from kdsl.compare import int_slack
 from . import correctness as corr
 from . import baseline_precision as precision
 from . import device_lock
-from . import allocator, floor, threads, timed_calls
+from . import allocator, floor, step_width, threads, timed_calls
 from .floor import bench_traffic_bytes, copy_bandwidth
 from .timers import Timer, default_timer
 
@@ -197,11 +197,11 @@ def time_baseline(op, case, device, mode, config, timer, cache, compile_fn=None,
     return cache[key]
 
 
-def whole_steps(config, sets: int) -> tuple[int, int]:
-    """(warm-up calls, timed calls): the configured ones, with at least one step (a call on
-    each set) of timed calls only."""
+def whole_steps(config, sets: int, steps: int = 1) -> tuple[int, int]:
+    """(warm-up calls, timed calls): the configured ones, with at least ``steps`` steps (a
+    call on each buffer) of timed calls only."""
     whole_from = -(-config.warmup // sets) * sets
-    return config.warmup, max(config.reps, whole_from + sets - config.warmup)
+    return config.warmup, max(config.reps, whole_from + steps * sets - config.warmup)
 
 
 # requests of timed calls a judged baseline is given, its figure the lowest: it is timed
@@ -629,9 +629,11 @@ def as_kernel(kernel, timer: Timer):
 # whose steps cost more than the probe's (waking a process that waited longer costs more: on
 # the 2-core VM a step's own cost grew from 0.08 ms around a call of nothing to 0.37 ms around
 # a 30 ms sleep): their figure rises by that excess over the calls of a step, 0.5% there.
-# (A step is one call on each input set: more calls would need more buffers, and a fast
-# kernel cycling over 13 of them ran 4x slower than on two, its inputs no longer in cache:
-# 0.45 against 0.11 ms.)
+# (On the CPU a step is one call on each input set: more calls would need more buffers, and
+# a fast kernel cycling over 13 of them ran 4x slower than on two, its inputs no longer in
+# cache: 0.45 against 0.11 ms. On a GPU, whose timer flushes L2 before every call, a fast
+# kernel's step is made wider with copies of the sets, ``step_width``: the step's own cost,
+# and what a forged timer could work through unclocked, are then shared by more calls.)
 # The allowance, TRIP_SLACK_MS and WALL_SLACK of the wall, is for the verdict only: where the
 # claimed median is under a CLOCK_RATIO-th of the allowed bounds' median, by more than
 # CLOCK_SLACK_MS, the timer itself is contradicted: timed again, then a verdict. The figure
@@ -755,7 +757,8 @@ def judged_calls(kernel, samples: list[float], device: str = "cpu"
 # second draw of the random data.
 SET_COPIES = 5
 # On a GPU a small point gets up to GPU_SETS sets, their copies within GPU_SETS_BYTES. A
-# step of timed calls is one call on each set, and what a step itself costs on the judge's
+# step of timed calls is one call on each set (or on each buffer, where ``step_width``
+# adds copies of the sets for a fast kernel), and what a step itself costs on the judge's
 # clock beyond what its probes cost (the round trip's wake-ups) is shared by its calls:
 # with one set a 3 ms relu read 0.81 ms a call over its own timer (H200), with two sets
 # the GEMMs 0.12-0.86 ms (H200) and 0.02-0.25 ms (H100, polling); a step of two or four
@@ -782,6 +785,14 @@ def input_sets(op: ir.Op, case: cases.Case, device: str) -> int:
     if device != "cuda":
         return 2
     return max(2, min(GPU_SETS, GPU_SETS_BYTES // max(held * SET_COPIES, 1)))
+
+
+def free_memory(device: str) -> int:
+    """Bytes of the GPU's memory free now (0 elsewhere: only a GPU's steps are widened)."""
+    if device != "cuda":
+        return 0
+    import torch
+    return torch.cuda.mem_get_info()[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -908,6 +919,16 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     message = verified(probe, check=cut)
     warmup, checked_plan = 0, probe
     if not cut and message is None:
+        # a fast kernel's steps made wider on a GPU (``step_width``), from the probe's
+        # calls on the judge's clock
+        width = step_width.calls_a_step(
+            device, statistics.median(judged_calls(kernel, samples, device)[0]), len(pairs),
+            step_width.buffer_bytes(op, case.sizes, dtype), free_memory(device), took)
+        if width > len(pairs):
+            with lap("more_buffers"), hold():
+                pairs += step_width.more_buffers(op, case.sizes, dtype, device, pairs, width)
+            warmup_n, reps_n = whole_steps(config, width, step_width.TIMED_STEPS)
+            arts["step_buffers"] = width
         with lap("timed_runs"), hold(), torch.no_grad():
             samples, main = timed(warmup_n, reps_n)
         message = verified(main, check=True)
@@ -1004,13 +1025,13 @@ def _bandwidth(given, device: str, nbytes: int, hold) -> float:
 
 
 def _verify(op, sets, pairs, p, device, where, hold) -> str | None:
-    """Each set's kept outputs against the float64 oracle of its inputs as they were at
-    that call; then the inputs as they are now against what the plan made of them
-    (``_advance``)."""
-    for k, (c, ins, outs, pristine) in enumerate(sets):
-        if k not in p.snap_at:
-            continue
-        expected = timed_calls.expected_inputs(p, pristine, p.snap_at[k])
+    """Each buffer's kept outputs against the float64 oracle of its inputs as they were at
+    that call (buffer k holds input set k % len(sets)); then the inputs as they are now
+    against what the plan made of them (``_advance``)."""
+    for k, call in sorted(p.snap_at.items()):
+        base = k % len(sets)
+        c, _, _, pristine = sets[base]
+        expected = timed_calls.expected_inputs(p, pristine, call)
         ref = oracle_of(op, c.sizes, c.dtype, expected, device)
         at = c
         # the host copies of the varied inputs cost a pass each: made where index outputs
@@ -1023,7 +1044,7 @@ def _verify(op, sets, pairs, p, device, where, hold) -> str | None:
                                      p.snaps[k], ref, 1, device, expected)
         del ref, expected
         if message:
-            which = "" if not k else f" (input set {k + 1})"
+            which = "" if not base else f" (input set {base + 1})"
             return f"wrong in a timed run at the {where}{which}: {message}"
     return _advance(sets, pairs, p)
 
