@@ -133,6 +133,7 @@ def measure(paths: list[str], device: str) -> dict:
         art = res.artifacts or {}
         out[op.name] = {
             "ok": res.ok, "message": res.message[:300], "time_ms": res.time_ms,
+            "input_sets": art.get("input_sets"), "step_buffers": art.get("step_buffers"),
             "clock": {k: art.get(k) for k in ("judge_clock_ms", "step_trip_ms",
                                                "probed_trip_ms", "step_call_ms",
                                                "calls_a_step", "step_overhead_ms")},

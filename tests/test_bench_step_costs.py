@@ -54,7 +54,9 @@ def test_bad_set_counts_are_one_line_and_exit_2(capsys, tmp_path):
 
 
 def test_a_forced_set_count_is_what_each_step_calls(tmp_path):
-    """With --sets 1,3 every timed step has one call, then three (the probes do not change)."""
+    """With --sets 1,3 every timed step has one call, then three (the probes do not change);
+    three only where the bench point's oracle is cheap (``timing.CHEAP_ORACLE_S``), two
+    otherwise: on a loaded host the oracle can take longer."""
     spec = str(ROOT / "specs" / "kernelbench" / "level1" / "19_relu.kspec")
     assert step_costs.main(["--device", "cpu", "--poll", "off", "--sets", "1,3", "--out",
                             str(tmp_path), spec]) == 0
@@ -62,7 +64,9 @@ def test_a_forced_set_count_is_what_each_step_calls(tmp_path):
     for mode, n in (("off, 1 sets", 1), ("off, 3 sets", 3)):
         r = results[mode]["kb19_relu"]
         assert r["ok"], r["message"]
-        assert r["clock"]["calls_a_step"] == n
+        sets = r["input_sets"]
+        assert sets == n or (n > 2 and sets == 2), sets
+        assert r["clock"]["calls_a_step"] == sets
         assert {k for k in r["trips"] if k.startswith("step of")} <= {f"step of {m}"
                                                                        for m in range(1, n + 1)}
 
