@@ -31,6 +31,10 @@ def test_a_fast_kernel_gets_calls_enough_to_fill_a_step_within_memory_and_checks
     assert w("cuda", 5.0, 2, 1 << 20, 70 * GIB, 0.01) == 2
     assert w("cuda", 0.14, 2, 1 << 20, 70 * GIB, None) == 2
     assert w("cpu", 0.14, 2, 1 << 20, 70 * GIB, 0.01) == 2
+    # a probe the judge's clock read as nothing (or a subnormal claim): the widest step,
+    # never an error
+    assert w("cuda", 0.0, 2, 1 << 20, 70 * GIB, 0.01) == step_width.MAX_STEP_CALLS
+    assert w("cuda", 5e-324, 2, 1 << 20, 70 * GIB, 0.01) == step_width.MAX_STEP_CALLS
 
 
 def test_every_buffer_of_a_wide_step_is_checked_at_one_step():
@@ -106,3 +110,77 @@ def test_a_candidate_process_is_sent_the_added_buffers(monkeypatch):
                          dataclasses.replace(CONFIG, timeout_s=120.0)))
     assert r.ok, r.message
     assert r.artifacts["step_buffers"] == 4 and r.artifacts["calls_a_step"] == 4
+
+
+def as_on_a_gpu(monkeypatch):
+    """``step_width.calls_a_step`` as on a GPU with room to spare and a cheap oracle."""
+    real = step_width.calls_a_step
+    monkeypatch.setattr(step_width, "calls_a_step",
+                        lambda device, call_ms, sets, nbytes, free, oracle_s:
+                        real("cuda", call_ms, sets, nbytes, 70 * GIB, 0.001))
+
+
+def test_a_kernel_slow_only_in_its_probe_does_not_narrow_its_steps(monkeypatch):
+    """The width is the judge's to choose: from its clock's share of the probe, or the
+    baseline's time where that is less. A kernel slow at its probe calls alone (a red-team
+    pass: it kept steps of two calls, and with them the most of a step's head start a
+    forged timer could work through) gets the steps an honest one gets."""
+    import time
+    as_on_a_gpu(monkeypatch)
+    calls = [0]
+
+    def slow_probe(inputs, outputs, sizes):
+        if sizes.get("M") == 64:
+            calls[0] += 1
+            if calls[0] in (2, 3):  # the probe request: a call on each set
+                time.sleep(0.002)
+        softmax_kernel(inputs, outputs, sizes)
+
+    honest = timing.measure(softmax_op(), softmax_kernel, CONFIG,
+                            timer=timing.default_timer("cpu"), bandwidth=1e9, baselines={})
+    slow = timing.measure(softmax_op(), slow_probe, CONFIG,
+                          timer=timing.default_timer("cpu"), bandwidth=1e9, baselines={})
+    assert honest.message is None and slow.message is None
+    assert honest.artifacts["step_buffers"] == slow.artifacts["step_buffers"] == \
+        step_width.MAX_STEP_CALLS
+
+
+# claims a second more than its probe calls took, and works as an honest kernel does
+CLAIMS_A_SLOW_PROBE = """
+import time
+from kdsl.search.eval import timers
+_real = time.perf_counter
+_ahead = [0.0]
+timers._TIMERS["cpu"] = timers.CpuTimer(clock=lambda: _real() + _ahead[0])
+"""
+
+
+def test_a_candidate_claiming_a_slow_probe_does_not_narrow_its_steps(monkeypatch):
+    import textwrap
+
+    import fake_backend
+    from fake_backend import SOFTMAX
+    from kdsl.search.candidate import Candidate
+    from kdsl.search.eval.evaluator import evaluate
+    from kdsl.search.jobs import EvalJob
+    fake_backend.register()
+    as_on_a_gpu(monkeypatch)
+    monkeypatch.setattr(timing, "BASELINES", {})  # (not one judged at another width)
+    # a step's work wanted far above what the judge's clock reads a call on a busy 2-core
+    # host (up to a few ms): an honest kernel's steps are the widest, and a claim of a
+    # second a call would have made them one call a set
+    monkeypatch.setattr(step_width, "STEP_WORK_MS", 400.0)
+    source = CLAIMS_A_SLOW_PROBE + SOFTMAX.replace(
+        "def kernel(inputs, outputs, sizes):\n",
+        "def kernel(inputs, outputs, sizes):\n"
+        "    global _n\n"
+        "    _n = globals().get('_n', 0) + ((sizes.get('M'), sizes.get('N')) == (64, 128))\n"
+        "    if _n in (2, 3):\n"
+        "        _ahead[0] += 1.0\n")
+    r = evaluate(EvalJob(softmax_op(), Candidate.of("fakeraw", source=textwrap.dedent(source)),
+                         dataclasses.replace(CONFIG, timeout_s=120.0)))
+    assert r.ok, r.message
+    assert r.artifacts["step_buffers"] == step_width.MAX_STEP_CALLS
+    # the baseline, judged as a candidate on the CPU, in steps as wide as a kernel of its
+    # time gets (here the widest): a step's own cost shared alike in both figures
+    assert r.artifacts["baseline_clock"]["calls_a_step"] == step_width.MAX_STEP_CALLS

@@ -44,10 +44,14 @@ def calls_a_step(device: str, call_ms: float, sets: int, buffer_bytes: int,
                  free_bytes: int, oracle_s: float | None) -> int:
     """The buffers (calls a step) for a kernel of ``call_ms`` a call: a multiple of the
     ``sets`` input sets, ``sets`` itself where the kernel fills a step alone, on the CPU,
-    or where an oracle's cost is unknown."""
-    if device != "cuda" or oracle_s is None or call_ms <= 0 or sets < 1:
+    or where an oracle's cost is unknown. ``call_ms`` is the judge's own figure (its clock's
+    share of a probe step, or the baseline's time where that is less): a candidate that
+    claimed a slow probe, or slept through it, would otherwise keep its steps narrow, and
+    with them the most of a step's head start a forged timer could work through."""
+    if device != "cuda" or oracle_s is None or sets < 1:
         return sets
-    want = min(MAX_STEP_CALLS, math.ceil(STEP_WORK_MS / call_ms))
+    want = MAX_STEP_CALLS if call_ms * MAX_STEP_CALLS <= STEP_WORK_MS else \
+        math.ceil(STEP_WORK_MS / call_ms)
     by_check = int(CHECK_S // oracle_s) if oracle_s > 0 else MAX_STEP_CALLS
     room = min(EXTRA_BYTES, int(free_bytes * FREE_SHARE))
     by_memory = sets + room // max(buffer_bytes, 1)

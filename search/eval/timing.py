@@ -242,7 +242,16 @@ def judged_baseline(op, case, device, config, base: BaselineTime, sets: list, ho
     if key in cache:
         return cache[key]
     pairs = [(ins, outs) for _, ins, outs, _ in sets]
-    warmup, reps = whole_steps(config, len(pairs))
+    # as wide a step as a candidate of the baseline's time gets (``step_width``): what a
+    # step costs by itself is then shared alike in both figures of a speedup
+    width = step_width.calls_a_step(device, base.ms, len(pairs),
+                                    step_width.buffer_bytes(op, case.sizes, case.dtype),
+                                    free_memory(device), 0.0)
+    if width > len(pairs):
+        with hold():
+            pairs += step_width.more_buffers(op, case.sizes, case.dtype, device, pairs, width)
+    warmup, reps = whole_steps(config, len(pairs), 1 if width == len(sets)
+                               else step_width.TIMED_STEPS)
     box = None
     figures = []  # (judged median, clock) of each request
     try:
@@ -258,8 +267,8 @@ def judged_baseline(op, case, device, config, base: BaselineTime, sets: list, ho
                 p = timed_calls.plan(op, case.sizes, case.dtype, [o for _, o in pairs],
                                      warmup, reps, device, [pristine for *_, pristine in sets])
                 samples = remote.time(pairs, case.sizes, warmup, reps, [], p)
-                for (ins, _), (*_, pristine) in zip(pairs, sets):
-                    timed_calls.restore(p, ins, pristine)
+                for k, (ins, _) in enumerate(pairs):
+                    timed_calls.restore(p, ins, sets[k % len(sets)][3])
             judged, clock, contradiction = judged_calls(remote, samples, device)
             if contradiction is None:  # (the judge's own code: a busy host, not a forger)
                 figures.append((statistics.median(judged), clock))
@@ -919,11 +928,14 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
     message = verified(probe, check=cut)
     warmup, checked_plan = 0, probe
     if not cut and message is None:
-        # a fast kernel's steps made wider on a GPU (``step_width``), from the probe's
-        # calls on the judge's clock
+        # a fast kernel's steps made wider on a GPU (``step_width``), by the probe's calls
+        # on the judge's clock alone (what the candidate claims could narrow them), or the
+        # baseline's time where that is less (a candidate that slept through its probe)
+        clock = judged_calls(kernel, samples, device)[1]
+        per_call = min(clock.get("judge_clock_ms", statistics.median(samples)), base.ms)
         width = step_width.calls_a_step(
-            device, statistics.median(judged_calls(kernel, samples, device)[0]), len(pairs),
-            step_width.buffer_bytes(op, case.sizes, dtype), free_memory(device), took)
+            device, per_call, len(pairs), step_width.buffer_bytes(op, case.sizes, dtype),
+            free_memory(device), took)
         if width > len(pairs):
             with lap("more_buffers"), hold():
                 pairs += step_width.more_buffers(op, case.sizes, dtype, device, pairs, width)
