@@ -828,8 +828,21 @@ def test_an_oracle_that_runs_out_of_device_memory_is_computed_on_the_host(monkey
         with device_lock.hold("test-gpu"):  # the card held alone: the host's copy on all 3
             got = timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
         timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")  # not held: one
-    assert seen == ["cuda", "cpu"] * 2 and threads_seen == [1, 3, 1, 1]
+    # (the whole, then its first slice of a batch axis, ``oracle_chunks``, then the host)
+    assert seen == ["cuda", "cuda", "cpu"] * 2 and threads_seen == [1, 1, 3, 1, 1, 1]
     assert torch.equal(got["y"], x.double().sum(dim=1).to(got["y"].dtype))
+
+    seen.clear()
+
+    def room_for_a_slice(op, sizes, dtype, ins, device, hold=None):
+        seen.append(device)
+        if sizes["M"] > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
+        return real(op, sizes, dtype, ins, "cpu")
+    monkeypatch.setattr(timing, "_oracle_at", room_for_a_slice)
+    got = timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
+    assert seen == ["cuda"] * 5  # the whole, then its four rows: no host
+    assert torch.equal(got["y"], x.double().sum(dim=1))
 
     seen.clear()
 
@@ -840,7 +853,7 @@ def test_an_oracle_that_runs_out_of_device_memory_is_computed_on_the_host(monkey
         return real(op, sizes, dtype, ins, device)
     monkeypatch.setattr(timing, "_oracle_at", library_short)
     got = timing.oracle_of(op, {"M": 4, "N": 8}, "f32", {"x": x}, "cuda")
-    assert seen == ["cuda", "cpu"] and torch.equal(got["y"], x.double().sum(dim=1))
+    assert seen == ["cuda", "cuda", "cpu"] and torch.equal(got["y"], x.double().sum(dim=1))
 
     def broken(op, sizes, dtype, ins, device, hold=None):
         seen.append(device)
