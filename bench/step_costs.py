@@ -18,6 +18,8 @@ judge's clock (``sandbox.step_costs``, ``timing.judged_calls``). With
 (``search/eval/spin.py``) on and off. ``--sets 1,2,4,8`` runs each mode again with that many
 input sets a step (the judge's own choice, ``timing.input_sets``, otherwise): a cost the
 steps pay once each, beyond the probes', falls as the sets grow, one each call does not.
+``--repeat R`` runs each mode R times, each in a fresh process, and prints how far one
+kernel's figures lie apart across the runs (what two confirmations of a kernel compare).
 Writes DIR/step-costs.json and prints a table.
 """
 from __future__ import annotations
@@ -171,6 +173,29 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def agreement(results: dict) -> str:
+    """Each op's figures across the runs of one mode, against its own timer's, and how far
+    they lie apart (the greatest over the least)."""
+    runs: dict = defaultdict(lambda: defaultdict(list))
+    for mode, ops in results.items():
+        base = mode.split(", run ")[0]
+        for name, r in ops.items():
+            runs[base][name].append(r)
+    lines = ["| mode | op | figures ms | own timer ms | figures' spread | figure over own |",
+             "|---|---|---|---|---|---|"]
+    for base, ops in runs.items():
+        for name, rs in ops.items():
+            figs = [r["time_ms"] for r in rs if r["ok"] and r["time_ms"]]
+            own = [r["claimed_median_ms"] for r in rs if r.get("claimed_median_ms")]
+            spread = max(figs) / min(figs) if figs else None
+            over = [f / o for f, o in zip(figs, own)] if len(own) == len(figs) else []
+            lines.append(f"| {base} | {name} | {' / '.join(f'{f:.4g}' for f in figs)} | "
+                         f"{' / '.join(f'{o:.4g}' for o in own)} | "
+                         f"{'-' if spread is None else f'{spread:.3f}'} | "
+                         f"{' / '.join(f'{x:.3f}' for x in over) or '-'} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("specs", nargs="+")
@@ -182,17 +207,21 @@ def main(argv=None) -> int:
     ap.add_argument("--probe-gap-ms", default="",
                     help="the judge's busy time before each probe (sandbox.PROBE_GAP_MS), "
                          "comma-separated values to run in turn (default: the judge's)")
+    ap.add_argument("--repeat", default="1",
+                    help="runs of each mode, each in a fresh process (default: 1)")
     ap.add_argument("--json", help=argparse.SUPPRESS)  # one mode, in a fresh process
     args = ap.parse_args(argv)
     try:
         sets = [int(n) for n in args.sets.split(",") if n.strip()]
         gaps = [float(g) for g in args.probe_gap_ms.split(",") if g.strip()]
-        if any(n < 1 for n in sets) or any(not 0 <= g < 1000 for g in gaps):
+        repeat = int(args.repeat)
+        if any(n < 1 for n in sets) or any(not 0 <= g < 1000 for g in gaps) or \
+                not 1 <= repeat <= 100:
             raise ValueError
     except ValueError:
-        print(f"step_costs: error: --sets {args.sets!r} and --probe-gap-ms "
-              f"{args.probe_gap_ms!r}: whole numbers from 1, and ms from 0 to 1000, joined by "
-              f"commas", file=sys.stderr)
+        print(f"step_costs: error: --sets {args.sets!r}, --probe-gap-ms "
+              f"{args.probe_gap_ms!r} and --repeat {args.repeat!r}: whole numbers from 1, ms "
+              f"from 0 to 1000, joined by commas, and 1 to 100 runs", file=sys.stderr)
         return 2
     missing = [p for p in args.specs if not Path(p).is_file()]
     if missing:
@@ -218,11 +247,14 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for poll in (("on", "off") if args.poll == "both" else (args.poll,)):
-        for n, gap in [(n, g) for n in sets or [None] for g in gaps or [None]]:
+        for n, gap, run in [(n, g, r) for n in sets or [None] for g in gaps or [None]
+                            for r in range(1, repeat + 1)]:
             mode = poll + ("" if n is None else f", {n} sets") + \
-                ("" if gap is None else f", probe gap {gap:g} ms")
+                ("" if gap is None else f", probe gap {gap:g} ms") + \
+                ("" if run == 1 else f", run {run}")
             part = out / (f"step-costs-poll-{poll}{'' if n is None else f'-sets-{n}'}"
-                          f"{'' if gap is None else f'-gap-{gap:g}'}.json")
+                          f"{'' if gap is None else f'-gap-{gap:g}'}"
+                          f"{'' if run == 1 else f'-run-{run}'}.json")
             env = dict(os.environ, KDSL_POLL="1" if poll == "on" else "0")
             env.pop("KDSL_STEP_SETS", None)
             env.pop("KDSL_PROBE_GAP_MS", None)
@@ -241,7 +273,10 @@ def main(argv=None) -> int:
     (out / "step-costs.json").write_text(json.dumps({"meta": meta, "results": results},
                                                     indent=1))
     print(f"{meta['when']} · {meta['device']}\n\n{table(results)}")
+    if repeat > 1:
+        print(f"\n{agreement(results)}")
     return 0
+
 
 
 if __name__ == "__main__":

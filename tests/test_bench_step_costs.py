@@ -78,3 +78,36 @@ def test_bad_probe_gaps_are_one_line_and_exit_2(capsys, tmp_path):
                                 str(tmp_path), spec]) == 2
         err = capsys.readouterr().err
         assert "--probe-gap-ms" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_repeated_runs_of_a_mode_are_compared(tmp_path, capsys):
+    """--repeat 2: each mode twice, in fresh processes, and one kernel's figures across the
+    runs set side by side with its own timer's and their spread."""
+    spec = str(ROOT / "specs" / "kernelbench" / "level1" / "19_relu.kspec")
+    assert step_costs.main(["--device", "cpu", "--poll", "off", "--repeat", "2", "--out",
+                            str(tmp_path), spec]) == 0
+    results = json.loads((tmp_path / "step-costs.json").read_text())["results"]
+    assert set(results) == {"off", "off, run 2"}
+    out = capsys.readouterr().out
+    agreement = out[out.index("| mode | op | figures ms |"):]  # (after the main table)
+    row = next(line for line in agreement.splitlines() if line.startswith("| off | kb19_relu |"))
+    figs = [results[m]["kb19_relu"]["time_ms"] for m in ("off", "off, run 2")]
+    spread = float(row.split("|")[5])
+    assert abs(spread - max(figs) / min(figs)) < 1e-3, (row, figs)
+
+
+def test_the_agreement_table_reads_each_mode_s_runs():
+    def r(ms, own):
+        return {"ok": True, "time_ms": ms, "claimed_median_ms": own}
+    text = step_costs.agreement({"on": {"a": r(0.2, 0.1)}, "on, run 2": {"a": r(0.3, 0.1)},
+                                 "on, run 3": {"a": {"ok": False, "time_ms": None}}})
+    assert "| on | a | 0.2 / 0.3 | 0.1 / 0.1 | 1.500 | 2.000 / 3.000 |" in text, text
+
+
+def test_a_bad_repeat_is_one_line_and_exit_2(capsys, tmp_path):
+    spec = str(ROOT / "specs" / "kernelbench" / "level1" / "19_relu.kspec")
+    for bad in ("0", "x", "101"):
+        assert step_costs.main(["--device", "cpu", "--repeat", bad, "--out", str(tmp_path),
+                                spec]) == 2
+        err = capsys.readouterr().err
+        assert "--repeat" in err and len(err.strip().splitlines()) == 1, err
