@@ -115,7 +115,7 @@ def sliced_oracle(op: ir.Op, sizes: dict, ins: dict, dim: str, where: dict[str, 
     """The oracle of the whole point from ``one(sizes, ins)`` on ``pieces`` slices of
     ``dim`` (each on ``ins``' device), gathered on the host."""
     total = sizes[dim]
-    step = -(-total // max(pieces, 1))
+    step = max(1, -(-total // max(pieces, 1)))
     out: dict = {}
     for start in range(0, total, step):
         n = min(step, total - start)

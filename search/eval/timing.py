@@ -244,14 +244,10 @@ def judged_baseline(op, case, device, config, base: BaselineTime, sets: list, ho
     pairs = [(ins, outs) for _, ins, outs, _ in sets]
     # as wide a step as a candidate of the baseline's time gets (``step_width``): what a
     # step costs by itself is then shared alike in both figures of a speedup
-    width = step_width.calls_a_step(device, base.ms, len(pairs),
-                                    step_width.buffer_bytes(op, case.sizes, case.dtype),
-                                    free_memory(device), 0.0)
-    if width > len(pairs):
-        with hold():
-            pairs += step_width.more_buffers(op, case.sizes, case.dtype, device, pairs, width)
-    warmup, reps = whole_steps(config, len(pairs), 1 if width == len(sets)
-                               else step_width.TIMED_STEPS)
+    steps = 1
+    if widen(op, case, case.dtype, device, pairs, base.ms, 0.0, hold):
+        steps = step_width.TIMED_STEPS
+    warmup, reps = whole_steps(config, len(pairs), steps)
     box = None
     figures = []  # (judged median, clock) of each request
     try:
@@ -424,12 +420,10 @@ def _sliced_on_device(op, sizes, dtype, ins, device, hold) -> dict | None:
     or None where the op has no such axis or the device has no room even for a slice."""
     import torch
     found = oracle_chunks.batch_dim(op)
-    if found is None:
+    if found is None or sizes[found[0]] < 2:  # (one slice is the whole)
         return None
     dim, where = found
-    for pieces in ORACLE_SLICES:
-        if pieces > sizes[dim] and pieces != ORACLE_SLICES[0]:
-            break
+    for pieces in sorted({min(n, sizes[dim]) for n in ORACLE_SLICES}):
         try:
             return oracle_chunks.sliced_oracle(
                 op, sizes, ins, dim, where, pieces,
@@ -830,6 +824,20 @@ def input_sets(op: ir.Op, case: cases.Case, device: str) -> int:
     return max(2, min(GPU_SETS, GPU_SETS_BYTES // max(held * SET_COPIES, 1)))
 
 
+def widen(op, case, dtype: str, device: str, pairs: list, call_ms: float,
+          oracle_s: float | None, hold) -> bool:
+    """``pairs`` (the request's buffers) grown to ``step_width.calls_a_step``'s width for a
+    kernel of ``call_ms`` a call, under ``hold()``; whether it grew."""
+    width = step_width.calls_a_step(device, call_ms, len(pairs),
+                                    step_width.buffer_bytes(op, case.sizes, dtype),
+                                    free_memory(device), oracle_s)
+    if width <= len(pairs):
+        return False
+    with hold():
+        pairs += step_width.more_buffers(op, case.sizes, dtype, device, pairs, width)
+    return True
+
+
 def free_memory(device: str) -> int:
     """Bytes of the GPU's memory free now (0 elsewhere: only a GPU's steps are widened)."""
     if device != "cuda":
@@ -967,14 +975,10 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         # baseline's time where that is less (a candidate that slept through its probe)
         clock = judged_calls(kernel, samples, device)[1]
         per_call = min(clock.get("judge_clock_ms", statistics.median(samples)), base.ms)
-        width = step_width.calls_a_step(
-            device, per_call, len(pairs), step_width.buffer_bytes(op, case.sizes, dtype),
-            free_memory(device), took)
-        if width > len(pairs):
-            with lap("more_buffers"), hold():
-                pairs += step_width.more_buffers(op, case.sizes, dtype, device, pairs, width)
-            warmup_n, reps_n = whole_steps(config, width, step_width.TIMED_STEPS)
-            arts["step_buffers"] = width
+        with lap("more_buffers"):
+            if widen(op, case, dtype, device, pairs, per_call, took, hold):
+                warmup_n, reps_n = whole_steps(config, len(pairs), step_width.TIMED_STEPS)
+                arts["step_buffers"] = len(pairs)
         with lap("timed_runs"), hold(), torch.no_grad():
             samples, main = timed(warmup_n, reps_n)
         message = verified(main, check=True)
