@@ -825,15 +825,16 @@ def input_sets(op: ir.Op, case: cases.Case, device: str) -> int:
 
 
 def widen(op, case, dtype: str, device: str, pairs: list, call_ms: float,
-          oracle_s: float | None, hold) -> bool:
+          oracle_s: float | None, hold, timed_as=contextlib.nullcontext) -> bool:
     """``pairs`` (the request's buffers) grown to ``step_width.calls_a_step``'s width for a
-    kernel of ``call_ms`` a call, under ``hold()``; whether it grew."""
+    kernel of ``call_ms`` a call, under ``hold()`` and ``timed_as()`` (a phase's lap);
+    whether it grew."""
     width = step_width.calls_a_step(device, call_ms, len(pairs),
                                     step_width.buffer_bytes(op, case.sizes, dtype),
                                     free_memory(device), oracle_s)
     if width <= len(pairs):
         return False
-    with hold():
+    with timed_as(), hold():
         pairs += step_width.more_buffers(op, case.sizes, dtype, device, pairs, width)
     return True
 
@@ -975,10 +976,10 @@ def _measure_at(op, point, case, kernel, config, timer, bandwidth, cache, compil
         # baseline's time where that is less (a candidate that slept through its probe)
         clock = judged_calls(kernel, samples, device)[1]
         per_call = min(clock.get("judge_clock_ms", statistics.median(samples)), base.ms)
-        with lap("more_buffers"):
-            if widen(op, case, dtype, device, pairs, per_call, took, hold):
-                warmup_n, reps_n = whole_steps(config, len(pairs), step_width.TIMED_STEPS)
-                arts["step_buffers"] = len(pairs)
+        if widen(op, case, dtype, device, pairs, per_call, took, hold,
+                 lambda: lap("more_buffers")):
+            warmup_n, reps_n = whole_steps(config, len(pairs), step_width.TIMED_STEPS)
+            arts["step_buffers"] = len(pairs)
         with lap("timed_runs"), hold(), torch.no_grad():
             samples, main = timed(warmup_n, reps_n)
         message = verified(main, check=True)
