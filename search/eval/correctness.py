@@ -12,6 +12,7 @@ memory for the kernel to find.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import traceback
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from kdsl.compare import compare, rounds_to_infinity
 from kdsl.reference import cast_bounds, reference
 from kdsl.sizes import shape_of
 
-from . import device_lock
+from . import device_lock, ipc_pool
 from .plan import chosen_dtypes, plan
 
 # Bit patterns of the poison, two variants per dtype (quiet NaNs with payloads).
@@ -61,8 +62,9 @@ def _bits_dtype(torch, itemsize: int):
 def fresh_inputs(op: ir.Op, dtype: str, arrays: dict[str, np.ndarray], device: str,
                  shared: bool = False) -> dict:
     """New torch tensors of the case's inputs, never sharing memory with ``arrays``;
-    ``shared``: on the CPU, in shared memory from the start (``empty``)."""
-    tensors = baseline.to_torch(op, dtype, arrays, device)
+    ``shared``: where the candidate's process can map them (``empty``)."""
+    with ipc_pool.allocating(device) if shared else contextlib.nullcontext():
+        tensors = baseline.to_torch(op, dtype, arrays, device)
     if device == "cpu":  # to_torch aliases the numpy array when no conversion is needed
         tensors = {k: empty(v.shape, v.dtype, device, shared).copy_(v) if shared else
                    v.clone() for k, v in tensors.items()}
@@ -81,12 +83,14 @@ def alloc_outputs(op: ir.Op, sizes: dict[str, int], dtype: str, device: str, var
 
 
 def empty(shape, dtype, device: str, shared: bool = False):
-    """``torch.empty``; ``shared`` on the CPU: in shared memory, where a candidate's
-    process can map it, without the copy that moving a tensor there later costs (a pass
-    over fresh pages: 20-30 ms for each 64 MB on the 2-core VM)."""
+    """``torch.empty``; ``shared``: where a candidate's process can map it, without the
+    copy that moving a tensor there later costs (a pass over fresh pages: 20-30 ms for
+    each 64 MB on the 2-core VM). On the CPU that is shared memory; on a GPU, the pool
+    whose segments hold only what the candidate sees (``ipc_pool``)."""
     import torch
     if not shared or device != "cpu":
-        return torch.empty(shape, dtype=dtype, device=device)
+        with ipc_pool.allocating(device) if shared else contextlib.nullcontext():
+            return torch.empty(shape, dtype=dtype, device=device)
     n = 1
     for d in shape:
         n *= d

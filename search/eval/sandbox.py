@@ -29,7 +29,7 @@ import tempfile
 import time
 import weakref
 
-from . import (candidate_main, confine, fd_passing, lockdown, replies, spin, stopping,
+from . import (candidate_main, confine, fd_passing, ipc_pool, lockdown, replies, spin, stopping,
                timed_calls, zygote)
 
 READY_TIMEOUT_S = 300.0
@@ -443,7 +443,8 @@ class RemoteKernel:
         if self.arena is None or self.arena.numel() < need or self.arena.device != device:
             size = max(need, 2 * (self.arena.numel() if self.arena is not None else 0),
                        ARENA_MIN_BYTES)
-            self.arena = torch.empty(size, dtype=torch.uint8, device=device)
+            with ipc_pool.allocating(device):
+                self.arena = torch.empty(size, dtype=torch.uint8, device=device)
             self.box.call("arena", _shared({"arena": self.arena})["arena"])
         return self.arena
 
@@ -496,11 +497,13 @@ class RemoteKernel:
 
 
 def _shared(tensors: dict) -> dict:
-    """The tensors, where the candidate process can map them: CUDA memory as it is (IPC),
-    CPU storage moved into shared memory in place (the same tensor objects, once)."""
+    """The tensors, where the candidate process can map them, moved there in place (the
+    same tensor objects, once): CPU storage into shared memory, CUDA memory into the pool
+    whose segments hold nothing of the judge's own (``ipc_pool``: IPC maps whole segments)."""
     for t in tensors.values():
         if not t.is_cuda and not t.is_shared():
             t.share_memory_()
+    ipc_pool.confine(tensors.values())
     for t in tensors.values():
         _settle(t)
         break

@@ -24,6 +24,7 @@ import math
 from kdsl import ir
 
 from . import correctness as corr
+from . import ipc_pool
 
 # a step's calls should take at least this much of the kernel's own time
 STEP_WORK_MS = 4.0
@@ -72,6 +73,8 @@ def more_buffers(op: ir.Op, sizes: dict[str, int], dtype: str, device: str,
     extra = []
     for k in range(len(pairs), n):
         ins, _ = pairs[k % len(pairs)]
-        extra.append(({name: t.clone() for name, t in ins.items()},
+        with ipc_pool.allocating(device):  # (the candidate maps them)
+            copies = {name: t.clone() for name, t in ins.items()}
+        extra.append((copies,
                       corr.alloc_outputs(op, sizes, dtype, device, 0, shared=True)))
     return extra

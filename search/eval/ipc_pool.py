@@ -1,0 +1,107 @@
+"""GPU memory the candidate's process maps, kept apart from the judge's own.
+
+CUDA IPC hands another process a tensor's whole cudaMalloc segment, not the tensor: the
+receiver opens the segment's handle and may address every byte of it. torch's caching
+allocator packs many tensors into one segment, so the judge's own tensors (the kept outputs
+of the checked calls, the inputs' pristine copies, the oracle's results, a pristine copy
+of a varied input) could lie in memory the candidate's process has mapped, where a kernel
+with raw pointers could find and rewrite them. Every CUDA tensor handed to the candidate
+is therefore allocated from a private memory pool (``torch.cuda.MemPool``), whose segments
+hold nothing but such tensors, or moved there before it is sent (``confine``).
+
+One pool a device, replaced at ``release`` (the end of a measurement): a live pool keeps
+its freed blocks for itself, and the judge's next oracle would find the memory taken."""
+from __future__ import annotations
+
+import contextlib
+
+_POOLS: dict = {}  # device index -> the current MemPool
+
+
+def _index(device) -> int:
+    import torch
+    d = torch.device(device)
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def _pool(device):
+    import torch
+    i = _index(device)
+    if i not in _POOLS:
+        _POOLS[i] = torch.cuda.MemPool()
+    return _POOLS[i]
+
+
+def _is_cuda(device) -> bool:
+    return str(device).startswith("cuda")
+
+
+@contextlib.contextmanager
+def allocating(device):
+    """The block's allocations on ``device`` from the pool (on a CPU, nothing changes:
+    shared memory there is a file of the tensor's own, ``correctness.empty``). Keep the
+    block to the allocations of tensors the candidate will see: whatever else is
+    allocated in it lands in memory the candidate maps."""
+    if not _is_cuda(device):
+        yield
+        return
+    import torch
+    with torch.cuda.use_mem_pool(_pool(device), device=_index(device)):
+        yield
+
+
+def _segments(device) -> list[tuple[int, int]]:
+    """The pool's segments on ``device``, as (start, end) addresses."""
+    import torch
+    pool, i = _pool(device), _index(device)
+    # (the whole allocator's snapshot, read by each segment's owner: not every torch
+    # takes a pool in ``memory_snapshot``)
+    return [(s["address"], s["address"] + s["total_size"])
+            for s in torch.cuda.memory_snapshot()
+            if s.get("device") == i and tuple(s.get("segment_pool_id", ())) == tuple(pool.id)]
+
+
+def _inside(storage, segments: list[tuple[int, int]]) -> bool:
+    start = storage.data_ptr()
+    end = start + storage.nbytes()
+    return any(lo <= start and end <= hi for lo, hi in segments)
+
+
+def confine(tensors) -> None:
+    """Each CUDA tensor of ``tensors`` whose storage lies outside the pool moved into it,
+    in place: the same tensor objects, their values copied, tensors that shared a storage
+    sharing the new one. A safety net: the judge allocates what it sends from the pool
+    (``correctness.empty``), so this copies only what a new path forgot."""
+    import torch
+    segments: dict = {}
+    moved: dict = {}  # old storage's address -> its copy in the pool
+    for t in tensors:
+        if not t.is_cuda:
+            continue
+        storage = t.untyped_storage()
+        key = (t.device, storage.data_ptr())
+        if key not in moved:
+            if t.device not in segments:
+                segments[t.device] = _segments(t.device)
+            if _inside(storage, segments[t.device]):
+                continue
+            with allocating(t.device):
+                fresh = torch.empty(storage.nbytes(), dtype=torch.uint8, device=t.device)
+            fresh.untyped_storage().copy_(storage)
+            moved[key] = fresh.untyped_storage()
+        t.set_(moved[key], t.storage_offset(), t.size(), t.stride())
+
+
+def confined(t) -> bool:
+    """Whether ``t`` (a CUDA tensor) lies in the pool's memory."""
+    return _inside(t.untyped_storage(), _segments(t.device))
+
+
+def release(device) -> None:
+    """A new pool for the next measurement, and this one's free memory back to the
+    device once nothing holds its blocks (the tensors still alive keep theirs)."""
+    if not _is_cuda(device):
+        return
+    import torch
+    if _POOLS.pop(_index(device), None) is not None:
+        torch.cuda.empty_cache()
