@@ -309,6 +309,16 @@ NEVER_SERVED = {"cache_stack_slot.c": "ok_softmax.c",
                 "clock_starved_stop_taker.c": "ok_softmax.c"}
 
 
+def twin_ms(result) -> float:
+    """The honest twin's work as the judge's clock reads it, or its figure where that is
+    less. A forged timer's figure is bounded by the clock (``timing.judged_calls``), so the
+    like-for-like figure is the same clock on the same work: the twin's own timer also
+    counts what the clock takes off a step (a CI run read the twin's timer at 0.386 ms four
+    times over and the forger's clock at 0.107, on work that takes 0.11 ms on a quiet VM)."""
+    clock = (result.artifacts or {}).get("judge_clock_ms")
+    return min(result.time_ms, clock) if clock else result.time_ms
+
+
 @pytest.mark.parametrize("name", params(SHARED_WORKER))
 def test_attack_rejected(shared, clean, name):
     honest = NEVER_SERVED.get(name)
@@ -319,7 +329,7 @@ def test_attack_rejected(shared, clean, name):
     if honest and attack.ok:
         [control] = control
         assert control.ok, describe(honest, control)
-        honest_ms = control.time_ms
+        honest_ms = twin_ms(control)
         # One load spike on a 2-core machine can make the twin read 15x its time, so compare
         # against its best of a few timings: the honest figure, not a noisy one.
         for _ in range(TWIN_RETIMES):
@@ -327,7 +337,7 @@ def test_attack_rejected(shared, clean, name):
                 break
             [again] = evaluate(shared, [honest])
             if again.ok and again.time_ms:
-                honest_ms = min(honest_ms, again.time_ms)
+                honest_ms = min(honest_ms, twin_ms(again))
         assert attack.time_ms >= honest_ms / 3, (
             f"{describe(name, attack)}; the honest {honest}: {honest_ms:.4g} ms at best")
         return
