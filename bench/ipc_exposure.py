@@ -11,7 +11,9 @@ switched off (allocations as torch makes them: the judge before the pool). At ev
 to the candidate's process the allocator's state is read: the segments that hold a tensor
 sent to the candidate (mapped by it), and in them every live block that is no such tensor,
 with the judge's kept outputs (``timed_calls.plan``'s snapshots) and its pristine inputs
-counted apart. Writes DIR/ipc-exposure.json and prints a table.
+counted apart; and the nonzero bytes of a segment's free blocks the first time it is seen
+mapped (what the process had freed there before, for the candidate to read). Writes
+DIR/ipc-exposure.json and prints a table.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ def measure(paths: list[str], pool_on: bool) -> dict:
         ipc_pool.confine = lambda tensors: None
         ipc_pool.release = lambda device: None
     sent: list = []    # weak references to every CUDA tensor sent to the candidate
+    fresh_seen: set = set()  # the mapped segments seen so far
     judges: list = []  # (kind, weak reference) of the judge's kept outputs and pristine inputs
     seen: dict = {}
     plan = timed_calls.plan
@@ -77,9 +80,16 @@ def measure(paths: list[str], pool_on: bool) -> dict:
         foreign, kinds = 0, {}
         for seg in mapped:
             at = seg["address"]
+            first = seg["address"] not in fresh_seen
+            fresh_seen.add(seg["address"])
             for b in seg["blocks"]:
-                lo, hi = at, at + b["size"]
+                lo, hi = b.get("address", at), b.get("address", at) + b["size"]
                 at = hi
+                if first and b["state"] != "active_allocated":
+                    # what the segment held where no tensor is, the first time it is seen
+                    free = torch.as_tensor(ipc_pool._Span(lo, b["size"]), device="cuda")
+                    seen["stale_bytes"] = seen.get("stale_bytes", 0) + \
+                        int(torch.count_nonzero(free))
                 if b["state"] != "active_allocated" or \
                         any(lo < e and s < hi for s, e in live):
                     continue
@@ -107,6 +117,7 @@ def measure(paths: list[str], pool_on: bool) -> dict:
     out = {}
     for path in paths:
         sent.clear()
+        fresh_seen.clear()
         judges.clear()
         seen.clear()
         op = spec.load(path).ops[0]
@@ -121,14 +132,15 @@ def measure(paths: list[str], pool_on: bool) -> dict:
 
 def table(results: dict) -> str:
     lines = ["| pool | op | ok | figure ms | segments mapped | judge's live blocks in them "
-             "| kept outputs in them | pristine inputs in them |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| kept outputs in them | pristine inputs in them | nonzero free bytes when "
+             "first mapped |", "|---|---|---|---|---|---|---|---|---|"]
     for mode, ops in results.items():
         for name, r in ops.items():
             ms = f"{r['time_ms']:.4g}" if r.get("time_ms") else "-"
             lines.append(f"| {mode} | {name} | {'yes' if r['ok'] else 'no'} | {ms} | "
                          f"{r.get('segments', 0)} | {r.get('judge_blocks', 0)} | "
-                         f"{r.get('kept output', 0)} | {r.get('pristine input', 0)} |")
+                         f"{r.get('kept output', 0)} | {r.get('pristine input', 0)} | "
+                         f"{r.get('stale_bytes', 0)} |")
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from kdsl import backends
 from kdsl.backends import Built, Unsupported
 
-from . import correctness, guards, plan, sandbox, threads, timing
+from . import correctness, guards, ipc_pool, plan, sandbox, threads, timing
 from ..jobs import EvalJob
 from ..result import STAGES, Result
 
@@ -197,6 +197,9 @@ def evaluate(job: EvalJob, timer=None) -> Result:
     finally:
         if run.box is not None:
             run.box.stop()
+        # the next job's tensors in segments this candidate never mapped (its pool keeps
+        # what it freed); whatever stage ended the job
+        ipc_pool.release(job.config.device)
 
 
 def _pipeline(run: _Run) -> Result:

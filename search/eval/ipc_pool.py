@@ -9,13 +9,19 @@ with raw pointers could find and rewrite them. Every CUDA tensor handed to the c
 is therefore allocated from a private memory pool (``torch.cuda.MemPool``), whose segments
 hold nothing but such tensors, or moved there before it is sent (``confine``).
 
-One pool a device, replaced at ``release`` (the end of a measurement): a live pool keeps
-its freed blocks for itself, and the judge's next oracle would find the memory taken."""
+A segment the pool gets from the driver may hold what this process freed before (the
+driver clears memory between processes, not within one): the float64 oracle of an earlier
+job, say. So the free part of every new segment is zeroed as it first appears
+(``allocating``); what the pool frees later held only what the candidate saw anyway.
+
+One pool a device, replaced at ``release`` (the end of each evaluation): a live pool keeps
+its freed blocks for itself, where the judge's next oracle could not use them."""
 from __future__ import annotations
 
 import contextlib
 
 _POOLS: dict = {}  # device index -> the current MemPool
+_CLEAN: set = set()  # (pool id, segment address) of the segments zeroed beyond their tensors
 
 
 def _index(device) -> int:
@@ -28,7 +34,8 @@ def _pool(device):
     import torch
     i = _index(device)
     if i not in _POOLS:
-        _POOLS[i] = torch.cuda.MemPool()
+        with torch.cuda.device(i):  # (a pool belongs to the device current at its making)
+            _POOLS[i] = torch.cuda.MemPool()
     return _POOLS[i]
 
 
@@ -48,17 +55,52 @@ def allocating(device):
     import torch
     with torch.cuda.use_mem_pool(_pool(device), device=_index(device)):
         yield
+    _zero_new_segments(device)
 
 
-def _segments(device) -> list[tuple[int, int]]:
-    """The pool's segments on ``device``, as (start, end) addresses."""
+def _pool_segments(device) -> list[dict]:
+    """The pool's segments on ``device``, as the allocator's snapshot describes them."""
     import torch
     pool, i = _pool(device), _index(device)
     # (the whole allocator's snapshot, read by each segment's owner: not every torch
     # takes a pool in ``memory_snapshot``)
-    return [(s["address"], s["address"] + s["total_size"])
-            for s in torch.cuda.memory_snapshot()
+    return [s for s in torch.cuda.memory_snapshot()
             if s.get("device") == i and tuple(s.get("segment_pool_id", ())) == tuple(pool.id)]
+
+
+def _segments(device) -> list[tuple[int, int]]:
+    """The pool's segments on ``device``, as (start, end) addresses."""
+    return [(s["address"], s["address"] + s["total_size"]) for s in _pool_segments(device)]
+
+
+class _Span:
+    """Device memory at an address, as ``torch.as_tensor`` takes it (CUDA array interface),
+    to be zeroed in place."""
+
+    def __init__(self, address: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (address, False), "version": 2}
+
+
+def _zero_new_segments(device) -> None:
+    """Every byte of the pool's segments not seen before that no tensor holds, zeroed: the
+    free blocks, and the rounding past each tensor's requested size."""
+    import torch
+    pool_id = tuple(_pool(device).id)
+    for seg in _pool_segments(device):
+        key = (pool_id, seg["address"])
+        if key in _CLEAN:
+            continue
+        at = seg["address"]
+        for block in seg["blocks"]:
+            at = block.get("address", at)
+            used = block.get("requested_size", block["size"]) \
+                if block["state"] == "active_allocated" else 0
+            if block["size"] > used:
+                torch.as_tensor(_Span(at + used, block["size"] - used),
+                                device=torch.device("cuda", _index(device))).zero_()
+            at += block["size"]
+        _CLEAN.add(key)
 
 
 def _inside(storage, segments: list[tuple[int, int]]) -> bool:
@@ -98,10 +140,7 @@ def confined(t) -> bool:
 
 
 def release(device) -> None:
-    """A new pool for the next measurement, and this one's free memory back to the
-    device once nothing holds its blocks (the tensors still alive keep theirs)."""
-    if not _is_cuda(device):
-        return
-    import torch
-    if _POOLS.pop(_index(device), None) is not None:
-        torch.cuda.empty_cache()
+    """A new pool for the next evaluation. This one's segments go back to the device once
+    nothing holds their blocks, at the worker's next ``empty_cache``."""
+    if _is_cuda(device):
+        _POOLS.clear()  # (every device's: one job's; and no CUDA call where none was made)

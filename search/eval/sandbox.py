@@ -417,6 +417,7 @@ class RemoteKernel:
         need = sum(_span(t) for t in tensors)
         if need > ARENA_MAX_BYTES or not all(t.is_contiguous() for t in tensors) or \
                 all(not t.is_cuda and t.is_shared() for t in tensors):  # (sent as they are)
+            ipc_pool.confine(tensors)  # (at once: tensors that share a storage keep sharing)
             self.box.call("run", _shared(ins), _shared(outs), dict(sizes))
             return
         # a small case: copied into the arena, sent as offsets. Handing its tensors over
@@ -443,8 +444,8 @@ class RemoteKernel:
         if self.arena is None or self.arena.numel() < need or self.arena.device != device:
             size = max(need, 2 * (self.arena.numel() if self.arena is not None else 0),
                        ARENA_MIN_BYTES)
-            with ipc_pool.allocating(device):
-                self.arena = torch.empty(size, dtype=torch.uint8, device=device)
+            with ipc_pool.allocating(device):  # (zeros: its tail is mapped, never written)
+                self.arena = torch.zeros(size, dtype=torch.uint8, device=device)
             self.box.call("arena", _shared({"arena": self.arena})["arena"])
         return self.arena
 
@@ -463,6 +464,7 @@ class RemoteKernel:
         # references, since an id alone can come back for a new tensor once the old is freed
         if self.sent is None or len(self.sent) != len(tensors) or \
                 any(r() is not t for r, t in zip(self.sent, tensors)):
+            ipc_pool.confine(tensors)
             self.box.call("sets", [(_shared(i), _shared(o)) for i, o in sets], dict(sizes))
             self.sent = [weakref.ref(t) for t in tensors]
         samples, walls, shares, extras = [], [], [], []

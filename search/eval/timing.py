@@ -37,7 +37,7 @@ from kdsl.compare import int_slack
 from . import correctness as corr
 from . import baseline_precision as precision
 from . import device_lock
-from . import allocator, floor, ipc_pool, oracle_chunks, step_width, threads, timed_calls
+from . import allocator, floor, oracle_chunks, step_width, threads, timed_calls
 from .floor import bench_traffic_bytes, copy_bandwidth
 from .timers import Timer, default_timer
 
@@ -599,14 +599,11 @@ def measure(op: ir.Op, kernel, config, timer: Timer | None = None, bandwidth=Non
     judge_baseline = timer is None and compile_fn is None and hasattr(kernel, "box") and \
         judges_baseline(device)
     timer = timer or default_timer(device)
-    try:
-        with lock() if whole else contextlib.nullcontext():
-            return _measure_at(op, point, case, as_kernel(kernel, timer), config, timer,
-                               bandwidth, BASELINES if baselines is None else baselines,
-                               compile_fn, arts, contextlib.nullcontext if whole else lock,
-                               keep_inputs=whole, judge_baseline=judge_baseline)
-    finally:  # the sets' memory, which only their pool could use, back for the next oracle
-        ipc_pool.release(device)
+    with lock() if whole else contextlib.nullcontext():
+        return _measure_at(op, point, case, as_kernel(kernel, timer), config, timer, bandwidth,
+                           BASELINES if baselines is None else baselines, compile_fn, arts,
+                           contextlib.nullcontext if whole else lock, keep_inputs=whole,
+                           judge_baseline=judge_baseline)
 
 
 @contextlib.contextmanager
