@@ -16,6 +16,12 @@ from . import ir
 from .builtins import CASTS, CONSTANTS, ELEMENTWISE, segment_of, triu_pairs
 from .sizes import evaluate
 
+
+# each scan along an axis; past cumsum and cumprod, the kinds the lowering writes
+# (``backends/lower/scans.py``, ``numerics.py``), so that a rewritten op can be checked here
+SCANS = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate,
+         "cummin": np.minimum.accumulate, "logcumsumexp": np.logaddexp.accumulate}
+
 CHUNK_ELEMENTS = 1 << 22
 
 
@@ -202,7 +208,7 @@ class Reference:
         body = np.asarray(self.eval(e.body, sc))
         shape = np.broadcast_shapes(body.shape, sc.bound[e.index].shape)
         body = np.broadcast_to(body, shape)
-        return np.cumsum(body, axis=axis) if e.op == "cumsum" else np.cumprod(body, axis=axis)
+        return SCANS[e.op](body, axis=axis)
 
     def collective(self, e: ir.Collective, sc: _Scope):
         if e.op in ("sort", "argsort"):

@@ -400,6 +400,18 @@ NOVEL = {
           test  M in 1..8, N in 1..200
           bench M=16, N=128
         """,
+    # the log of a running sum of exponentials: a running log-sum-exp (lower.numerics)
+    "naive_logcumsumexp": """
+        op naive_logcumsumexp
+          dims M, N
+          in  x: f32 [M, N] in -200 .. 200
+          out y: like x [M, N]
+          y[i, j] = log(cumsum(j) exp(x[i, j]))
+          baseline torch.logcumsumexp(x, dim=1)
+          tolerance f32(rtol=1e-5, atol=1e-4)
+          test  M in 1..8, N in 1..300
+          bench M=16, N=128
+        """,
     # a GEMM's columns summed: summed factor by factor (lower.factor)
     "gemm_column_sum": """
         op gemm_column_sum

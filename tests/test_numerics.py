@@ -148,6 +148,29 @@ op exp_chains
   test  M in 1..8, N in 1..200
   bench M=16, N=128
 
+op naive_logcumsumexp
+  dims M, N
+  in  x: f32 [M, N] in -200 .. 200
+  out y: like x [M, N]
+  y[i, j] = log(cumsum(j) exp(x[i, j]))
+  baseline torch.logcumsumexp(x, dim=1)
+  tolerance f32(rtol=1e-5, atol=1e-4)
+  test  M in 1..8, N in 1..200
+  bench M=16, N=128
+
+op naive_logcumsumexp_masked
+  dims M, N
+  in  x: f32 [M, N] in -200 .. 200
+  in  w: f32 [N] in 0.5 .. 2
+  out y: f32 [M, N]
+  e[i, j] = where(j % 3 != 1, exp(x[i, j]) * w[j], 0.0)
+  s[i, j] = cumsum(j) e[i, j]
+  y[i, j] = log(s[i, j])
+  baseline torch.logcumsumexp(torch.where(torch.arange(x.shape[1], device=x.device) % 3 != 1, x + torch.log(w), float("-inf")), dim=1)
+  tolerance f32(rtol=1e-5, atol=1e-4)
+  test  M in 1..8, N in 1..200
+  bench M=16, N=128
+
 """
 OPS = {o.name: o for o in spec.parse_text(NAIVE, "naive.kspec").ops}
 
@@ -177,6 +200,25 @@ def test_forms_already_shifted_by_their_maximum_are_left_as_written():
             if op.name.endswith("softplus"):
                 continue  # its log(1 + exp(x)) is rewritten (the where around it aside)
             assert stable_exponentials(op) is op, op.name
+
+
+def test_the_log_of_a_running_sum_of_exponentials_is_a_running_log_sum_exp():
+    # no single shift serves a prefix: each partial sum keeps its own maximum
+    for name in ("naive_logcumsumexp", "naive_logcumsumexp_masked"):
+        op = stable_exponentials(OPS[name])
+        scans = [n for st in op.statements for n in ir.walk(st.value) if isinstance(n, ir.Scan)]
+        assert [s.op for s in scans] == ["logcumsumexp"], name
+        assert not any(isinstance(n, ir.Call) and n.fn == "exp"
+                       for st in op.statements for n in ir.walk(st.value)), name
+        assert [st.target for st in op.statements] == ["y"], name  # e and s dropped
+
+
+def test_a_running_sum_of_terms_that_may_be_negative_is_left_as_written():
+    # log(cumsum(j) w * exp(x)) with w < 0 somewhere is no log-sum-exp (its log may be NaN)
+    text = NAIVE.split("op naive_logcumsumexp_masked")[1].split("\n\n")[0]
+    text = text.replace("in 0.5 .. 2", "in -1 .. 1")
+    op = spec.parse_text("op signed" + text, "t.kspec").ops[0]
+    assert stable_exponentials(op) is op
 
 
 def test_a_sum_inside_another_reduction_gets_a_maximum_over_both_indices():

@@ -237,6 +237,10 @@ def cummin(x, axis):
     return np.minimum.accumulate(x, axis=axis)
 
 
+def logcumsumexp(x, axis):  # (the running log-sum-exp: numerics.py writes it)
+    return np.logaddexp.accumulate(x, axis=axis)
+
+
 def sort(x, axis):
     return np.sort(x, axis=axis)  # values only: which of equal keys comes first is invisible
 

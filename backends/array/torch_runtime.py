@@ -203,6 +203,10 @@ def cummin(x, axis):
     return torch.cummin(x, dim=axis).values
 
 
+def logcumsumexp(x, axis):  # (the running log-sum-exp: numerics.py writes it)
+    return torch.logcumsumexp(x, dim=axis)
+
+
 def sort(x, axis):
     return torch.sort(x, dim=axis).values
 

@@ -300,6 +300,17 @@ class Nests:
             stack[var.depth - 1].pre.append(f"{ctype} {acc} = {init};")
             stack[var.depth].pre.append(f"{{ const {ctype} sv = ({ctype})({v.text}); "
                                         f"if (sv {cmp} {acc}{nan}) {acc} = sv; }}")
+        elif e.op == "logcumsumexp":
+            # a running log-sum-exp: logaddexp(acc, v) = max + log1p(exp(-|acc - v|)); an
+            # empty prefix is -inf (and stays so past -inf terms), a NaN stays
+            ctype = self.opt.acc
+            stack[var.depth - 1].pre.append(f"{ctype} {acc} = -INFINITY;")
+            stack[var.depth].pre.append(
+                f"{{ const {ctype} sv = ({ctype})({v.text}); "
+                f"const {ctype} mx = sv > {acc} ? sv : {acc}; "
+                f"if (mx > -INFINITY) {acc} = mx + kd_log1p(kd_exp(-fabsf(sv - {acc}))); "
+                f"else if (sv != sv) {acc} = sv; }}")
+            kind = "f"
         else:
             ctype = self.opt.acc if kind == "f" else "uint64_t"
             init = "0" if e.op == "cumsum" else "1"

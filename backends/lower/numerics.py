@@ -24,7 +24,9 @@ exponential stays at most 1. So, with that ``m``:
 - ``log(N / D)``: ``log(N) - log(D)``, where both are known never to be negative (their
   factors numbers, inputs of non-negative domains, absolute values); ``log(exp(a) * r)``:
   ``a + log(r)``;
-- ``log(1 + exp(a))``, ``log1p(exp(a))``: ``max(a, 0) + log(1 + exp(-abs(a)))``.
+- ``log(1 + exp(a))``, ``log1p(exp(a))``: ``max(a, 0) + log(1 + exp(-abs(a)))``;
+- ``log(cumsum(j) T)``, T a term never negative: ``logcumsumexp(j) log T``, a running
+  log-sum-exp (a prefix has no one maximum to shift by: each partial sum keeps its own).
 
 Masked maxima are taken over the active terms only (a causal mask's future scores may be
 the largest, and a shift by them would take every active term to zero), a masked term
@@ -378,12 +380,66 @@ class _Rewriter:
                 if _is_exp_call(x) and not self._carries_exp(y):
                     return ir.Binary("+", self.visit(x.args[0], bound),
                                      ir.Call("log", (self.visit(y, bound),)))
+        r = self._same_scan(r)
+        if isinstance(r, ir.Scan) and r.op == "cumsum":
+            return self._log_scan(r, bound)
         if self.term(r) is not None:
             return None
         found = self._sum_of_terms(r, bound)
         if found is not None:
             m, shifted = found
             return ir.Binary("+", m, ir.Call("log", (shifted,)))
+        return None
+
+    def _same_scan(self, e: ir.Expr) -> ir.Expr:
+        """The scan an intermediate is defined as, where ``e`` reads it at the very indices
+        of its statement and of this one (a scan runs along its statement's own index),
+        else ``e``."""
+        if isinstance(e, ir.Access) and e.tensor in self.defs and e.pad is None:
+            d = self.defs[e.tensor]
+            plain = tuple(x.name if isinstance(x, ir.Name) else None for x in e.subscripts)
+            if isinstance(d.value, ir.Scan) and plain == tuple(d.indices) == \
+                    tuple(self.st.indices):
+                return d.value
+        return e
+
+    def _log_scan(self, r: ir.Scan, bound: dict) -> ir.Expr | None:
+        """``log(cumsum(j) T)`` for a term T never negative: the running log-sum-exp of
+        ``log T`` (``logcumsumexp``), whose combine, ``logaddexp``, keeps every partial sum
+        in the log domain. No single shift serves a prefix: by the row's maximum, the early
+        terms of a row that grows underflow to 0 and their logs to -inf."""
+        exponent = self._log_of_term(r.body, bound)
+        return None if exponent is None else ir.Scan("logcumsumexp", r.index, exponent)
+
+    def _log_of_term(self, e: ir.Expr, bound: dict) -> ir.Expr | None:
+        """``log(e)`` without its exponential, for a term never negative: ``exp(a)``
+        gives ``a``; ``exp(a) * y`` and ``exp(a) / y``, ``a + log(y)`` and ``a - log(y)``;
+        a term masked to 0 (``where(c, T, 0)``), ``-inf`` where it is masked."""
+        r = self._resolved(e)
+        t = self.term(r)
+        if t is None or not t.positive:
+            return None
+        if _is_exp_call(r):
+            return self.visit(r.args[0], bound)
+        if isinstance(r, ir.Binary) and r.op in ("*", "/"):
+            for k, (x, y) in enumerate(((r.left, r.right), (r.right, r.left))):
+                if k == 1 and r.op == "/":
+                    break
+                if self._carries_exp(y):
+                    continue
+                inner = self._log_of_term(x, bound)
+                if inner is not None:
+                    return ir.Binary("+" if r.op == "*" else "-", inner,
+                                     ir.Call("log", (self.visit(y, bound),)))
+            return None
+        if isinstance(r, ir.Call) and r.fn == "where":
+            c, x, y = r.args
+            for value, other, take in ((x, y, True), (y, x, False)):
+                if _is_num(other, 0) or _is_num(other, 0.0):
+                    inner = self._log_of_term(value, bound)
+                    if inner is not None:
+                        args = (c, inner, NEG_INF) if take else (c, NEG_INF, inner)
+                        return ir.Call("where", (self.visit(args[0], bound),) + args[1:])
         return None
 
     def _positive(self, e: ir.Expr) -> bool:

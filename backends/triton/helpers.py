@@ -158,6 +158,15 @@ def _kd_max(a, b):
 def _kd_min(a, b):
     return tl.minimum(a, b)
 ''',
+    # the combine of a running log-sum-exp: log(exp(a) + exp(b)) without leaving the log
+    # domain; two -inf (empty sums) give -inf, not the NaN of -inf - -inf
+    "logaddexp": '''
+@triton.jit
+def _kd_logaddexp(a, b):
+    mx = tl.maximum(a, b)
+    r = mx + tl.log(1.0 + tl.exp(-tl.abs(a - b)))
+    return tl.where(mx == float('-inf'), mx, r)
+''',
 }
 
 # helpers a helper calls or reads (included with it)

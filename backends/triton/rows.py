@@ -171,6 +171,7 @@ class RowKernel:
                         raise Unsupported("a scan of a scan")
                     kind = self.kind_of(n.body, {plan.inner: Val("j", "int", frozenset("C"))})
                     kind = "int" if kind == "bool" else kind
+                    kind = "float" if n.op in LOG_DOMAIN else kind
                     carry = em.name("carry")
                     dt = gen.ct if kind == "float" else "tl.int64"
                     em.emit(f"{carry} = tl.full({acc_shape(plan)}, "
@@ -438,6 +439,8 @@ class RowKernel:
     def scan_body(self, e: ir.Scan, mk: Val) -> Val:
         v = self.gen(e.body)
         v = self.gen.to_int(v) if v.kind == "bool" else v
+        if e.op in LOG_DOMAIN and v.kind != "float":
+            v = self.em.let(f"{v.code}.to({self.gen.ct})", "float", v.axes)
         ident = scan_identity(e.op, v.kind)
         return self.em.let(f"tl.where({mk.code}, {v.code}, {ident})", v.kind, v.axes | mk.axes)
 
@@ -447,14 +450,18 @@ class RowKernel:
 
     def scanned(self, e: ir.Scan, m: Val) -> str:
         """The inclusive scan of tile ``m`` along its columns."""
-        if e.op in EXTREMES:
-            self.em.helpers.add(EXTREMES[e.op])
-            return f"tl.associative_scan({m.code}, 1, _kd_{EXTREMES[e.op]})"
+        if e.op in COMBINES:
+            self.em.helpers.add(COMBINES[e.op])
+            return f"tl.associative_scan({m.code}, 1, _kd_{COMBINES[e.op]})"
         return f"tl.{e.op}({m.code}, axis=1)"
 
     def scan_chunk(self, e: ir.Scan, mk: Val, carries: dict, updates: list) -> Val:
         m = self.scan_body(e, mk)
         carry = carries[e]
+        if e.op in LOG_DOMAIN:  # the chunk's total and its running sums, each with the carry
+            fn = f"_kd_{COMBINES[e.op]}"
+            updates.append(f"{carry} = {fn}({carry}, tl.reduce({m.code}, 1, {fn})[:, None])")
+            return self.em.let(f"{fn}({self.scanned(e, m)}, {carry})", m.kind, m.axes | {"R"})
         if e.op in EXTREMES:
             fn = EXTREMES[e.op]
             updates.append(f"{carry} = tl.{fn}imum({carry}, tl.{fn}({m.code}, axis=1)[:, None])")
@@ -470,10 +477,15 @@ class RowKernel:
 
 # the running extremes: scanned with tl.associative_scan and a combine of kdsl's own
 EXTREMES = {"cummax": "max", "cummin": "min"}
+# the running log-sum-exp (``numerics.py`` writes it), in floats, with -inf its identity
+LOG_DOMAIN = {"logcumsumexp": "logaddexp"}
+COMBINES = EXTREMES | LOG_DOMAIN
 
 
 def scan_identity(op: str, kind: str) -> str:
     """What a masked-off lane of a scan reads: the identity of its combine."""
+    if op in LOG_DOMAIN:
+        return "float('-inf')"
     if op in EXTREMES:
         low = op == "cummax"
         if kind == "int":
