@@ -94,11 +94,15 @@ class Reduce:
 
 @dataclass(frozen=True)
 class Scan:
-    """``cumsum(j) body``: inclusive prefix over the output index ``j``."""
+    """``cumsum(j) body``: inclusive prefix over the output index ``j``. ``factor``: the
+    decay of a ``cumdecay`` (``y[j] = factor * y[j - 1] + body[j]``), a number, which the
+    lowering writes for a sum weighted by ``pow(factor, j - k)``; None for every other
+    scan."""
     op: str
     index: str
     body: "Expr"
     loc: Loc = _loc()
+    factor: "Num | None" = None
 
 
 @dataclass(frozen=True)

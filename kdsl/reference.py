@@ -25,6 +25,17 @@ SCANS = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumu
 CHUNK_ELEMENTS = 1 << 22
 
 
+def decayed(x: np.ndarray, axis: int, c: float) -> np.ndarray:
+    """``y[j] = c * y[j - 1] + x[j]`` along ``axis`` (the scan ``cumdecay``)."""
+    x = np.moveaxis(np.asarray(x), axis, 0)
+    out = np.empty(x.shape, dtype=np.result_type(x, np.float64))
+    acc = np.zeros(x.shape[1:], dtype=out.dtype)
+    for n in range(x.shape[0]):
+        acc = c * acc + x[n]
+        out[n] = acc
+    return np.moveaxis(out, 0, axis)
+
+
 @dataclass
 class _Scope:
     ndim: int
@@ -208,6 +219,8 @@ class Reference:
         body = np.asarray(self.eval(e.body, sc))
         shape = np.broadcast_shapes(body.shape, sc.bound[e.index].shape)
         body = np.broadcast_to(body, shape)
+        if e.op == "cumdecay":
+            return decayed(body, axis, e.factor.value)
         return SCANS[e.op](body, axis=axis)
 
     def collective(self, e: ir.Collective, sc: _Scope):

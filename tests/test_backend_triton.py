@@ -412,6 +412,18 @@ NOVEL = {
           test  M in 1..8, N in 1..300
           bench M=16, N=128
         """,
+    # a sum weighted by a power of the distance: a decayed scan of pairs (lower.scans)
+    "discounted": """
+        op discounted
+          dims M, N
+          in  x: f32 [M, N]
+          out y: like x [M, N]
+          y[i, j] = sum(k in j .. N) pow(0.9, k - j) * x[i, k]
+          baseline x @ torch.where(torch.arange(x.shape[1], device=x.device)[:, None] >= torch.arange(x.shape[1], device=x.device)[None, :], 0.9 ** (torch.arange(x.shape[1], device=x.device)[:, None] - torch.arange(x.shape[1], device=x.device)[None, :]).clamp(min=0).to(x.dtype), 0.0)
+          tolerance f32(rtol=1e-4, atol=1e-4)
+          test  M in 1..8, N in 1..300
+          bench M=16, N=128
+        """,
     # a GEMM's columns summed: summed factor by factor (lower.factor)
     "gemm_column_sum": """
         op gemm_column_sum

@@ -459,6 +459,51 @@ def test_a_top_k_read_by_another_statement_is_a_stage_with_its_indices():
     assert sum("ids" in o for o in outs) == 1 and outs[-1] == ["w"]
 
 
+DECAYED = """
+    op decayed
+      dims M, N
+      in  x: f32 [M, N]
+      out y: like x [M, N]
+      out z: like x [M, N]
+      y[i, j] = sum(k in j .. N) pow(0.9, k - j) * x[i, k]
+      z[i, j] = sum(k in 0 .. j) x[i, k] * 2.0 * pow(0.5, j - k)
+      baseline (x @ torch.where(torch.arange(x.shape[1], device=x.device)[:, None] >= torch.arange(x.shape[1], device=x.device)[None, :], 0.9 ** (torch.arange(x.shape[1], device=x.device)[:, None] - torch.arange(x.shape[1], device=x.device)[None, :]).clamp(min=0).to(x.dtype), 0.0), x @ torch.where(torch.arange(x.shape[1], device=x.device)[:, None] < torch.arange(x.shape[1], device=x.device)[None, :], 2.0 * 0.5 ** (torch.arange(x.shape[1], device=x.device)[None, :] - torch.arange(x.shape[1], device=x.device)[:, None]).clamp(min=0).to(x.dtype), 0.0))
+      tolerance f32(rtol=1e-4, atol=1e-4)
+      test  M in 1..8, N in 1..100
+      bench M=1024, N=2048, dtype=f32
+"""
+
+
+def test_sums_weighted_by_a_power_of_the_distance_become_decayed_scans():
+    """A discounted return (suffix, ``pow(c, k - j)``) and an exclusive moving sum (prefix,
+    ``pow(c, j - k)``): each one pass, ``y[j] = c * y[j -+ 1] + x[j]``, not a range a point
+    (quadratic: 0.01x of torch on the CPU)."""
+    from kdsl.agreement import check_agreement
+    from kdsl.backends.lower.scans import ranges_as_scans
+    op = _op(DECAYED)
+    assert check_agreement(op, per_dtype=2).ok
+    scans = [n for st in ranges_as_scans(op).statements for n in ir.walk(st.value)
+             if isinstance(n, ir.Scan)]
+    assert sorted((s.op, s.factor.value) for s in scans) == [("cumdecay", 0.5),
+                                                             ("cumdecay", 0.9)]
+    # a power of the distance the other way round (growing toward the point) stays a range
+    wrong = _op(DECAYED.replace("pow(0.9, k - j)", "pow(0.9, j - k)"))
+    assert sum(isinstance(n, ir.Scan) for st in ranges_as_scans(wrong).statements
+               for n in ir.walk(st.value)) == 1
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "c"])
+def test_decayed_scans_are_correct_on_every_cpu_backend(backend):
+    from default_kernels import assert_default_kernel_correct
+    op = _op(DECAYED)
+    if backend == "torch":
+        be = get(backend)
+        genome = {**be.space(op, "cpu").default(), "mode": "compose"}
+        assert "rt.cumdecay(" in be.render(op, genome, "cpu")
+        return
+    assert_default_kernel_correct(op, backend)
+
+
 RUNNING_MAX = """
     op running_max
       dims M, N

@@ -241,6 +241,16 @@ def logcumsumexp(x, axis):  # (the running log-sum-exp: numerics.py writes it)
     return np.logaddexp.accumulate(x, axis=axis)
 
 
+def cumdecay(x, axis, c):  # (y[j] = c * y[j - 1] + x[j]: scans.py writes it)
+    x = np.moveaxis(x, axis, 0)
+    out = np.empty_like(x)
+    acc = np.zeros_like(x[0])
+    for n in range(x.shape[0]):
+        acc = acc * x.dtype.type(c) + x[n]
+        out[n] = acc
+    return np.moveaxis(out, 0, axis)
+
+
 def sort(x, axis):
     return np.sort(x, axis=axis)  # values only: which of equal keys comes first is invisible
 

@@ -223,7 +223,9 @@ def scan(low, e: ir.Scan, env: Env) -> Val:
     body = low.ev(e.body, env)
     body = low.coerce(body, "int") if body.kind == "bool" else body
     body = low.expand(body, {ax.pos: ax.extent})
-    return low.let(f"rt.{e.op}({body.code}, {ax.pos})", body.kind, body.deps | {ax.pos})
+    factor = "" if e.factor is None else f", {e.factor.value!r}"
+    return low.let(f"rt.{e.op}({body.code}, {ax.pos}{factor})", body.kind,
+                   body.deps | {ax.pos})
 
 
 def collective(low, e: ir.Collective, env: Env) -> Val:

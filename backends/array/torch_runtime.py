@@ -207,6 +207,16 @@ def logcumsumexp(x, axis):  # (the running log-sum-exp: numerics.py writes it)
     return torch.logcumsumexp(x, dim=axis)
 
 
+def cumdecay(x, axis, c):  # (y[j] = c * y[j - 1] + x[j]: scans.py writes it)
+    x = x.movedim(axis, 0)
+    out = torch.empty_like(x)
+    acc = torch.zeros_like(x[0])
+    for n in range(x.shape[0]):
+        acc = acc * c + x[n]
+        out[n] = acc
+    return out.movedim(0, axis)
+
+
 def sort(x, axis):
     return torch.sort(x, dim=axis).values
 

@@ -311,6 +311,12 @@ class Nests:
                 f"if (mx > -INFINITY) {acc} = mx + kd_log1p(kd_exp(-fabsf(sv - {acc}))); "
                 f"else if (sv != sv) {acc} = sv; }}")
             kind = "f"
+        elif e.op == "cumdecay":  # y[j] = c * y[j - 1] + x[j]
+            ctype = self.opt.acc
+            stack[var.depth - 1].pre.append(f"{ctype} {acc} = 0;")
+            stack[var.depth].pre.append(
+                f"{acc} = ({ctype})({e.factor.value!r}) * {acc} + ({ctype})({v.text});")
+            kind = "f"
         else:
             ctype = self.opt.acc if kind == "f" else "uint64_t"
             init = "0" if e.op == "cumsum" else "1"

@@ -160,6 +160,13 @@ def _kd_min(a, b):
 ''',
     # the combine of a running log-sum-exp: log(exp(a) + exp(b)) without leaving the log
     # domain; two -inf (empty sums) give -inf, not the NaN of -inf - -inf
+    # the combine of a decayed scan's pairs: (a, b) is y -> a * y + b, the later applied
+    # after the earlier
+    "decay": '''
+@triton.jit
+def _kd_decay(a1, b1, a2, b2):
+    return a1 * a2, b1 * a2 + b2
+''',
     "logaddexp": '''
 @triton.jit
 def _kd_logaddexp(a, b):

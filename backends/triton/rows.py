@@ -171,7 +171,7 @@ class RowKernel:
                         raise Unsupported("a scan of a scan")
                     kind = self.kind_of(n.body, {plan.inner: Val("j", "int", frozenset("C"))})
                     kind = "int" if kind == "bool" else kind
-                    kind = "float" if n.op in LOG_DOMAIN else kind
+                    kind = "float" if n.op in FLOAT_SCANS else kind
                     carry = em.name("carry")
                     dt = gen.ct if kind == "float" else "tl.int64"
                     em.emit(f"{carry} = tl.full({acc_shape(plan)}, "
@@ -439,14 +439,27 @@ class RowKernel:
     def scan_body(self, e: ir.Scan, mk: Val) -> Val:
         v = self.gen(e.body)
         v = self.gen.to_int(v) if v.kind == "bool" else v
-        if e.op in LOG_DOMAIN and v.kind != "float":
+        if e.op in FLOAT_SCANS and v.kind != "float":
             v = self.em.let(f"{v.code}.to({self.gen.ct})", "float", v.axes)
         ident = scan_identity(e.op, v.kind)
         return self.em.let(f"tl.where({mk.code}, {v.code}, {ident})", v.kind, v.axes | mk.axes)
 
     def scan_tile(self, e: ir.Scan, mk: Val) -> Val:
         m = self.scan_body(e, mk)
+        if e.op == "cumdecay":
+            return self.decayed(e, mk, m)[0]
         return self.em.let(self.scanned(e, m), m.kind, m.axes)
+
+    def decayed(self, e: ir.Scan, mk: Val, m: Val) -> tuple[Val, str, str]:
+        """(the decayed scan of tile ``m``, and the names of its pairs' scan): each lane is
+        the map y -> a * y + b, a the decay (1 on a masked lane) and b the value, composed
+        along the columns; the scan's b is y with nothing before the tile."""
+        self.em.helpers.add("decay")
+        a = self.em.let(f"tl.broadcast_to(tl.where({mk.code}, {e.factor.value!r}, 1.0), "
+                        f"{m.code}.shape)", "float", m.axes)
+        sa, sb = self.em.name("deca"), self.em.name("decb")
+        self.em.emit(f"{sa}, {sb} = tl.associative_scan(({a.code}, {m.code}), 1, _kd_decay)")
+        return Val(sb, "float", m.axes), sa, a.code
 
     def scanned(self, e: ir.Scan, m: Val) -> str:
         """The inclusive scan of tile ``m`` along its columns."""
@@ -458,6 +471,12 @@ class RowKernel:
     def scan_chunk(self, e: ir.Scan, mk: Val, carries: dict, updates: list) -> Val:
         m = self.scan_body(e, mk)
         carry = carries[e]
+        if e.op == "cumdecay":  # y = b + a * (the row's y before the chunk)
+            y, sa, a = self.decayed(e, mk, m)
+            ra, rb = self.em.name("deca"), self.em.name("decb")
+            self.em.emit(f"{ra}, {rb} = tl.reduce(({a}, {m.code}), 1, _kd_decay)")
+            updates.append(f"{carry} = {ra}[:, None] * {carry} + {rb}[:, None]")
+            return self.em.let(f"({y.code} + {sa} * {carry})", "float", m.axes | {"R"})
         if e.op in LOG_DOMAIN:  # the chunk's total and its running sums, each with the carry
             fn = f"_kd_{COMBINES[e.op]}"
             updates.append(f"{carry} = {fn}({carry}, tl.reduce({m.code}, 1, {fn})[:, None])")
@@ -480,6 +499,9 @@ EXTREMES = {"cummax": "max", "cummin": "min"}
 # the running log-sum-exp (``numerics.py`` writes it), in floats, with -inf its identity
 LOG_DOMAIN = {"logcumsumexp": "logaddexp"}
 COMBINES = EXTREMES | LOG_DOMAIN
+# scans computed in floats whatever their body's kind (``cumdecay``: y = c * y + x, the
+# scan of (c, x) pairs, ``decayed``)
+FLOAT_SCANS = set(LOG_DOMAIN) | {"cumdecay"}
 
 
 def scan_identity(op: str, kind: str) -> str:
