@@ -102,7 +102,7 @@ class Scan:
     index: str
     body: "Expr"
     loc: Loc = _loc()
-    factor: "Num | None" = None
+    factor: "Num | None" = field(default=None, metadata={"hash": "if_set"})
 
 
 @dataclass(frozen=True)

@@ -65,8 +65,9 @@ def _bare(e: ir.Expr) -> str:
     if isinstance(e, ir.Reduce):
         idx = ", ".join(_format_range(r) for r in e.indices)
         return f"{e.op}({idx}) {format_expr(e.body, 9)}"
-    if isinstance(e, ir.Scan):
-        return f"{e.op}({e.index}) {format_expr(e.body, 9)}"
+    if isinstance(e, ir.Scan):  # (a decayed scan shows its decay: y = c * y + body)
+        decay = "" if e.factor is None else f", {format_expr(e.factor)}"
+        return f"{e.op}({e.index}{decay}) {format_expr(e.body, 9)}"
     if isinstance(e, ir.Collective):
         k = f", {format_expr(e.k)}" if e.k is not None else ""
         return f"{e.op}({_format_range(e.index)}{k}) {format_expr(e.body, 9)}"

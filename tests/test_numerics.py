@@ -213,6 +213,71 @@ def test_the_log_of_a_running_sum_of_exponentials_is_a_running_log_sum_exp():
         assert [st.target for st in op.statements] == ["y"], name  # e and s dropped
 
 
+SPECIAL_ROWS = "[[1.0, nan, 2.0, 3.0, 0.0, 1.0], [inf, inf, 1.0, -inf, 2.0, 0.0], " \
+               "[-inf] * 6, [-inf, 3.0, -inf, inf, 1.0, nan]]"
+RUN_SPECIAL_ROWS = f"""
+import sys, numpy as np, torch
+from kdsl import spec, backends
+from test_numerics import OPS
+op = OPS["naive_logcumsumexp"]
+nan, inf = float("nan"), float("inf")
+rows = np.array({SPECIAL_ROWS}, dtype=np.float32)
+be = backends.get(sys.argv[1])
+genome = {{**be.space(op, "cpu").default(), **eval(sys.argv[2])}}
+built = be.build(op, be.render(op, genome, "cpu"), "cpu")
+x = torch.tensor(rows)
+y = torch.empty_like(x)
+built.fn({{"x": x}}, {{"y": y}}, {{"M": 4, "N": 6}})
+want = np.logaddexp.accumulate(rows.astype(np.float64), axis=1)
+assert np.allclose(y.numpy(), want, equal_nan=True, atol=1e-5), (y, want)
+"""
+
+
+@pytest.mark.parametrize("backend, genome", [
+    ("c", "{}"), ("numpy", "{}"), ("torch", "{'mode': 'compose'}"),
+    # the Triton interpreter: one tile, and chunks of 4 whose carry crosses a NaN and inf
+    ("triton", "{}"),
+    ("triton", "{'reduce': 'looped', 'BLOCK_R': 2, 'BLOCK_C': 4, 'num_warps': 1}")])
+def test_a_running_log_sum_exp_carries_nan_and_infinities(backend, genome):
+    """As numpy's logaddexp.accumulate: a NaN stays, two infinities are one (not inf - inf),
+    an empty or -inf prefix is -inf. (A review found the first Triton combine turning a
+    NaN into -inf and restarting the next chunk, and inf, inf giving NaN in C.)"""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": f"{here.parent}{os.pathsep}{here}"}
+    env.pop("TRITON_INTERPRET", None)
+    if backend == "triton":
+        env["TRITON_INTERPRET"] = "1"  # (read when triton is imported: a process of its own)
+    done = subprocess.run([sys.executable, "-c", RUN_SPECIAL_ROWS, backend, genome], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+INTEGER_SCANS = """
+op int_decay
+  dims M, N
+  in  x: i32 [M, N] in -50 .. 50
+  out y: f32 [M, N]
+  out z: f32 [M, N]
+  y[i, j] = sum(k in j .. N) pow(0.9, k - j) * x[i, k]
+  z[i, j] = log(cumsum(j) exp(f32(x[i, j]) * 4.0))
+  baseline (x.double() @ torch.where(torch.arange(x.shape[1], device=x.device)[:, None] >= torch.arange(x.shape[1], device=x.device)[None, :], 0.9 ** (torch.arange(x.shape[1], device=x.device)[:, None] - torch.arange(x.shape[1], device=x.device)[None, :]).clamp(min=0).double(), 0.0), torch.logcumsumexp(x.double() * 4.0, dim=1))
+  tolerance f32(rtol=1e-4, atol=1e-3)
+  test  M in 1..8, N in 1..100
+  bench M=16, N=128
+"""
+
+
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_scans_of_integers_that_the_lowering_writes_are_computed_in_floats(backend):
+    # numpy's decay was cast to the input's integer type (0.9 -> 0): the scan gave x back
+    op = spec.parse_text(INTEGER_SCANS, "t.kspec").ops[0]
+    assert_default_kernel_correct(op, backend)
+
+
 def test_a_running_sum_of_terms_that_may_be_negative_is_left_as_written():
     # log(cumsum(j) w * exp(x)) with w < 0 somewhere is no log-sum-exp (its log may be NaN)
     text = NAIVE.split("op naive_logcumsumexp_masked")[1].split("\n\n")[0]

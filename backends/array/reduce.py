@@ -218,10 +218,16 @@ def _segment(low, e: ir.Reduce, env: Env, off_name: str, s: str, sax: Axis) -> V
     return low.let(code, kind, (body.deps - {pos}) | {sax.pos})
 
 
+# the scans the lowering writes whose values are floats whatever their body's kind
+FLOAT_SCANS = ("cumdecay", "logcumsumexp")
+
+
 def scan(low, e: ir.Scan, env: Env) -> Val:
     ax = low.lhs_axes[e.index]
     body = low.ev(e.body, env)
     body = low.coerce(body, "int") if body.kind == "bool" else body
+    if e.op in FLOAT_SCANS:  # (a decay or a log-sum-exp of integers is no integer)
+        body = low.coerce(body, "float")
     body = low.expand(body, {ax.pos: ax.extent})
     factor = "" if e.factor is None else f", {e.factor.value!r}"
     return low.let(f"rt.{e.op}({body.code}, {ax.pos}{factor})", body.kind,

@@ -308,7 +308,8 @@ class Nests:
             stack[var.depth].pre.append(
                 f"{{ const {ctype} sv = ({ctype})({v.text}); "
                 f"const {ctype} mx = sv > {acc} ? sv : {acc}; "
-                f"if (mx > -INFINITY) {acc} = mx + kd_log1p(kd_exp(-fabsf(sv - {acc}))); "
+                f"const {ctype} d = sv == {acc} ? 0 : fabsf(sv - {acc}); "
+                f"if (mx > -INFINITY) {acc} = mx + kd_log1p(kd_exp(-d)); "
                 f"else if (sv != sv) {acc} = sv; }}")
             kind = "f"
         elif e.op == "cumdecay":  # y[j] = c * y[j - 1] + x[j]

@@ -170,8 +170,11 @@ def _kd_decay(a1, b1, a2, b2):
     "logaddexp": '''
 @triton.jit
 def _kd_logaddexp(a, b):
-    mx = tl.maximum(a, b)
-    r = mx + tl.log(1.0 + tl.exp(-tl.abs(a - b)))
+    # a NaN carried along (maximum's default returns the other operand); two equal
+    # infinities are one, not inf - inf
+    mx = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    d = tl.where(a == b, 0.0, tl.abs(a - b))
+    r = mx + tl.log(1.0 + tl.exp(-d))
     return tl.where(mx == float('-inf'), mx, r)
 ''',
 }

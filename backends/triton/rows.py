@@ -455,8 +455,8 @@ class RowKernel:
         the map y -> a * y + b, a the decay (1 on a masked lane) and b the value, composed
         along the columns; the scan's b is y with nothing before the tile."""
         self.em.helpers.add("decay")
-        a = self.em.let(f"tl.broadcast_to(tl.where({mk.code}, {e.factor.value!r}, 1.0), "
-                        f"{m.code}.shape)", "float", m.axes)
+        a = self.em.let(f"tl.broadcast_to(tl.where({mk.code}, {e.factor.value!r}, 1.0)"
+                        f".to({self.gen.ct}), {m.code}.shape)", "float", m.axes)
         sa, sb = self.em.name("deca"), self.em.name("decb")
         self.em.emit(f"{sa}, {sb} = tl.associative_scan(({a.code}, {m.code}), 1, _kd_decay)")
         return Val(sb, "float", m.axes), sa, a.code
@@ -472,11 +472,15 @@ class RowKernel:
         m = self.scan_body(e, mk)
         carry = carries[e]
         if e.op == "cumdecay":  # y = b + a * (the row's y before the chunk)
-            y, sa, a = self.decayed(e, mk, m)
-            ra, rb = self.em.name("deca"), self.em.name("decb")
-            self.em.emit(f"{ra}, {rb} = tl.reduce(({a}, {m.code}), 1, _kd_decay)")
-            updates.append(f"{carry} = {ra}[:, None] * {carry} + {rb}[:, None]")
-            return self.em.let(f"({y.code} + {sa} * {carry})", "float", m.axes | {"R"})
+            y, sa, _ = self.decayed(e, mk, m)
+            out = self.em.let(f"({y.code} + {sa} * {carry})", "float", m.axes | {"R"})
+            # the next carry is the chunk's last lane (masked lanes are the identity). Not
+            # tl.reduce of the pairs: on a GPU it combines out of order, and this combine
+            # does not commute
+            k = self.gen.env[self.plan.inner]
+            updates.append(f"{carry} = tl.sum(tl.where({k.code} == tl.max({k.code}), "
+                           f"{out.code}, 0.0), 1)[:, None]")
+            return out
         if e.op in LOG_DOMAIN:  # the chunk's total and its running sums, each with the carry
             fn = f"_kd_{COMBINES[e.op]}"
             updates.append(f"{carry} = {fn}({carry}, tl.reduce({m.code}, 1, {fn})[:, None])")
