@@ -26,6 +26,20 @@ def _ok(conf: dict | None, mode: str) -> dict | None:
     return c if c.get("ok") else None
 
 
+def _wrong(c: dict) -> bool:
+    """A confirmation that found the kernel computing something else (a timeout or a
+    device's failure says nothing of its outputs)."""
+    return isinstance(c, dict) and not c.get("ok") and (
+        c.get("stage") == "correctness" or "wrong" in (c.get("message") or ""))
+
+
+def wrong_in(row: dict, which: str) -> dict | None:
+    """The confirmation of ``which`` ('best' or 'default') that found it wrong, if one did:
+    the same kernel, so one such finding makes it wrong in both (a best with f32 products in
+    TF32 failed its eager-side confirmation's f32 cases and passed the other's draw)."""
+    return next((c for c in (row.get(which) or {}).values() if _wrong(c)), None)
+
+
 def figures(row: dict) -> dict:
     """The numbers a table shows for one op (None where not measured).
 
@@ -34,8 +48,10 @@ def figures(row: dict) -> dict:
     the mean of its two. Where the best kernel's confirmation lacks a baseline (its
     torch.compile captured no graph, or it failed), the default's confirmation gives the
     baseline and the best's mean time stands in for the time beside it."""
-    be, bc = _ok(row.get("best"), "eager"), _ok(row.get("best"), "compile")
-    de, dc = _ok(row.get("default"), "eager"), _ok(row.get("default"), "compile")
+    be, bc = (None, None) if wrong_in(row, "best") else \
+        (_ok(row.get("best"), "eager"), _ok(row.get("best"), "compile"))
+    de, dc = (None, None) if wrong_in(row, "default") else \
+        (_ok(row.get("default"), "eager"), _ok(row.get("default"), "compile"))
     # a compile confirmation whose torch.compile fell back to eager has no compile figure
     confirmed = [c for c in (bc, dc) if c]
     compiled = [c for c in confirmed if c.get("baseline_name") == "torch.compile"]
@@ -120,7 +136,7 @@ def markdown(doc: dict) -> str:
 
 
 def _failed(row: dict) -> str:
-    c = ((row.get("best") or {}).get("eager") or {})
+    c = wrong_in(row, "best") or ((row.get("best") or {}).get("eager") or {})
     return f"failed ({c.get('stage', 'no correct kernel')})"
 
 
@@ -167,6 +183,8 @@ def summary_lines(doc: dict) -> list[str]:
     retried = doc["meta"].get("retried") or []
     spreads = {r["op"]: repeat_spread(r) for r in rows}
     seconds = search_seconds(rows)
+    wrong = [(r["op"], which, c) for r in rows for which in ("default", "best")
+             if (c := wrong_in(r, which))]
     noisy = [f"{op} {100 * v:.1f}%" for op, v in spreads.items()
              if v is not None and v > REPEAT_TOLERANCE]
     return [
@@ -180,6 +198,9 @@ def summary_lines(doc: dict) -> list[str]:
         *([f"- the searches' evaluations, seconds summed over them (they overlap): "
            + ", ".join(f"{k} {v:.0f}" for k, v in seconds[0].items())
            + f"; waiting for the device lock {seconds[1]:.0f}"] if seconds else []),
+        *([f"- found wrong by a confirmation (no figure): "
+           + "; ".join(f"{op} {which}: {((c.get('message') or '').splitlines() or [''])[0][:160]}"
+                       for op, which, c in wrong)] if wrong else []),
         *([f"- torch.compile captured no graph in the confirming worker (no compile figure, "
            f"left out of the compile mean): {', '.join(fell_back)}"] if fell_back else []),
         f"- correct best kernel: {len(correct)} of {len(rows)} ops",

@@ -13,7 +13,12 @@ the candidate with the best median speedup over the rounds, reported with its sp
 
 Re-measurements skip the small random cases (the candidate passed them in the search):
 each still checks its timed runs' outputs against the float64 reference at the bench
-point, every input set, as every timing does.
+point, every input set, as every timing does. A search restricted to some of the op's
+dtypes (the suite's searches take the bench dtype alone) never checked its genes for the
+others: a gene that matters only there drifted unchecked, and a best with f32 products in
+TF32 was crowned by a bf16 search and failed every f32 case of its confirmation (H100,
+2026-12-07). So each contender is first checked on every dtype the op declares, and one
+that fails there is no contender.
 """
 from __future__ import annotations
 
@@ -63,16 +68,19 @@ def confirm(op, executor, config: EvalConfig, nodes: list[dict], seed: int,
     picked = contenders(nodes, top)
     if not picked:
         return None
+    wrong = wrong_elsewhere(op, executor, config, picked)
     cfg = remeasure_config(config)
     rng = random.Random(f"kdsl-confirm:{seed}:{len(nodes)}")
     results: dict[int, list] = {r["id"]: [] for r in picked}
     for _ in range(rounds):
-        order = list(picked)
+        order = [r for r in picked if r["id"] not in wrong]
         rng.shuffle(order)
         futures = [(r["id"], executor.submit(EvalJob(op, Candidate.from_record(r["candidate"]),
                                                      cfg))) for r in order]
         for node, fut in futures:
             results[node].append(fut.result())
+    for node, failed in wrong.items():
+        results[node] = [failed]
     start = next((r["id"] for r in nodes if r.get("kind") == "start"), None)
     rows = [_row(r, results[r["id"]], start) for r in picked]
     rows.sort(key=lambda row: (-row["median_speedup"], row["node"]))
@@ -95,6 +103,23 @@ def confirm(op, executor, config: EvalConfig, nodes: list[dict], seed: int,
     if start_row is not None and start_row["median_speedup"] > 0:
         record["best_over_start"] = best["median_speedup"] / start_row["median_speedup"]
     return record
+
+
+def wrong_elsewhere(op, executor, config: EvalConfig, picked: list[dict]) -> dict:
+    """{node: its failed result} of the contenders that fail a correctness check on the
+    op's dtypes the search left out (none when it searched them all)."""
+    from .eval.plan import chosen_dtypes
+    if set(chosen_dtypes(op, config.dtypes)) == set(op.dtype_choices):
+        return {}
+    cfg = dataclasses.replace(config, dtypes=None, time=False)
+    futures = [(r["id"], executor.submit(EvalJob(op, Candidate.from_record(r["candidate"]),
+                                                 cfg))) for r in picked]
+    out = {}
+    for node, fut in futures:
+        result = fut.result()
+        if not result.ok:
+            out[node] = result
+    return out
 
 
 def _row(record: dict, results: list, start: int | None) -> dict:

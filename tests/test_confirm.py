@@ -98,6 +98,42 @@ def test_a_best_slower_than_the_baseline_is_flagged_and_not_exported(tmp_path):
     assert f"node {c['best_node']}" in kernel.note and "re-measurements" in kernel.note
 
 
+class WrongElsewhere(LuckyExecutor):
+    """Every kernel but the start right on the dtype searched and wrong on another."""
+
+    def submit(self, job) -> Future:
+        genes = tuple(sorted(job.candidate.genes.items()))
+        if job.config.dtypes is None and not job.config.time and genes != self.start:
+            self.configs.append(job.config)
+            f: Future = Future()
+            f.set_result(Result.failure("correctness", "y: 9 of 10 elements outside rtol "
+                                                       "(case f32 high)"))
+            return f
+        return super().submit(job)
+
+
+def test_a_contender_wrong_on_a_dtype_the_search_left_out_is_no_best(tmp_path):
+    ex = WrongElsewhere(luck=1.0)
+    run = settings(eval=EvalConfig(time=True, dtypes=("bf16",)))
+    _, summary = runs.start(run, tmp_path / "run", None, QuietDisplay(), ex)
+    c = summary["confirmed"]
+    start = next(row for row in c["candidates"] if row["start"])
+    assert summary["best"]["node"] == start["node"]
+    others = [row for row in c["candidates"] if not row["start"]]
+    assert others and all(row["median_speedup"] == 0 and
+                          row["failures"][0].startswith("correctness: y: 9 of 10") and
+                          len(row["speedups"]) == 1 for row in others)
+    # the check took every dtype and no timing; the wrong ones were not timed again
+    checks = [cfg for cfg in ex.configs if cfg.dtypes is None and not cfg.time]
+    assert len(checks) == len(c["candidates"])
+
+
+def test_a_search_of_every_dtype_is_not_checked_again(tmp_path):
+    ex = LuckyExecutor(luck=1.0)
+    runs.start(settings(), tmp_path / "run", None, QuietDisplay(), ex)
+    assert not [cfg for cfg in ex.configs if not cfg.time]
+
+
 def test_no_confirmation_without_rounds_or_timing(tmp_path):
     _, summary = runs.start(settings(confirm_rounds=0), tmp_path / "a", None, QuietDisplay(),
                             FakeExecutor())

@@ -52,6 +52,22 @@ def test_a_failed_confirmation_has_no_best_time():
     assert "failed" in suite_table.markdown(doc([r]))
 
 
+def test_a_best_one_confirmation_found_wrong_is_wrong_whatever_the_other_read():
+    r = row("a", 1.0, 2.0)
+    r["best"]["eager"] = {**conf(None, None, "eager", ok=False),
+                          "message": "y: 47798 of 49920 elements outside rtol=0.0001"}
+    f = suite_table.figures(r)
+    assert f["best_ms"] is None and f["vs_compile"] is None
+    lines = "\n".join(suite_table.summary_lines(doc([r, row("b", 1.0, 2.0)])))
+    assert "correct best kernel: 1 of 2 ops" in lines
+    assert "found wrong by a confirmation (no figure): a best: y: 47798 of 49920" in lines
+    assert not suite_table.beats_default(r)
+    # a confirmation that timed out says nothing of the outputs: the other one stands
+    r["best"]["eager"] = {**conf(None, None, "eager", ok=False), "stage": "timing",
+                          "message": "timed out after 300 s"}
+    assert suite_table.figures(r)["best_ms"] == 1.0
+
+
 def test_summary_counts_memory_bound_ops_against_the_floor_target():
     rows = [row("near", 1.1, 2.0), row("far", 1.5, 2.0), row("mm", 3.0, 3.0, cls="contraction")]
     text = "\n".join(suite_table.summary_lines(doc(rows)))
