@@ -138,10 +138,13 @@ def _windows(ck, u: str, form, t: ir.Tensor, p: int, node: ir.Access, expr: ir.E
         return None
     lo, hi = span
     padded = node.pad is not None
-    if c != ONE and not padded:
-        # (an unpadded strided read whose size is no multiple of its step is as likely a
-        # group whose channels must divide evenly as a pool's floor: the exact rule's
-        # error stands, and a pool's output takes its range from its readers)
+    if c != ONE and not padded and _names(c) & (_names(lo) | _names(hi)):
+        # (an unpadded strided read whose window is sized by its step, a group's channels
+        # ``g * (C // G) + 2 * k`` for k in 0 .. C // G, is a group split written wrong,
+        # not a convolution: the exact rule's error stands. A convolution's taps are sized
+        # apart from its stride: ``oh * S + kh`` for kh in 0 .. K has torch's floor,
+        # (H - K) // S + 1, and a strided convolution only reduced afterwards, its output
+        # read by no statement that would give its range, was refused)
         return None
     ext = ir.Binary("+", ir.Binary("//", ir.Binary(
         "-", ir.Binary("-", d, _join("+", lo, hi)), ONE), c), ONE)
@@ -336,6 +339,10 @@ def reads(e: ir.Expr, bound: tuple[ir.IndexRange, ...] = ()) \
 
 def first_use(e: ir.Expr, u: str) -> ir.Name | None:
     return next((n for n in ir.walk(e) if isinstance(n, ir.Name) and n.name == u), None)
+
+
+def _names(e: ir.Expr) -> set[str]:
+    return {n.name for n in ir.walk(e) if isinstance(n, ir.Name)}
 
 
 def _uses(e: ir.Expr, u: str) -> bool:

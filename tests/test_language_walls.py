@@ -23,7 +23,7 @@ from kdsl.errors import SpecError
 from kdsl.reference import reference
 from kdsl.search.eval import correctness
 from kdsl.search.jobs import EvalConfig
-from kdsl.show import format_op
+from kdsl.show import format_expr, format_op
 from kdsl.sizes import evaluate
 
 GROUP_NORM = """\
@@ -341,6 +341,33 @@ def test_a_declared_range_must_match_its_readers():
     text = _edit(text, "sum(ci) t[b, ci, oh, ow]", "sum(ci) t[b, ci, @oh, ow]")
     assert "shape mismatch: index 'oh' ranges over (H + 2 * P - DL * (K - 1) - 1) // S + 1 " \
            "(dim of y) but indexes dim 2 of 't', of size H" in _error(text)
+
+
+STRIDED_THEN_REDUCED = """\
+op conv_then_mean
+  dims B, C, H, W, K
+  in  x: f32 [B, C, H, W]
+  in  w: f32 [C, K, K]
+  out y: f32 [B, C]
+  t[b, c, oh, ow] = sum(kh, kw) x[b, c, oh * 2 + kh, ow * 2 + kw] * w[c, kh, kw]
+  y[b, c] = mean(oh, ow) t[b, c, oh, ow]
+  baseline F.conv2d(x, w.unsqueeze(1), stride=2, groups=x.shape[1]).mean(dim=(2, 3))
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test  B in 1..3, C in 1..6, H in 3..30, W in 3..30, K in 1..3
+  bench B=16, C=64, H=128, W=128, K=3
+"""
+
+
+def test_an_unpadded_strided_convolution_only_reduced_takes_torchs_output_size():
+    """Its positions index no tensor plainly and no statement reads them at a size: the
+    windows of its taps that fit, (H - K) // 2 + 1, torch's floor, odd sizes included (it
+    was refused: an unpadded strided read was taken for a group split)."""
+    op = _op(STRIDED_THEN_REDUCED)
+    t = op.tensor("t")
+    assert format_expr(t.shape[2]) == "(H - (K - 1) - 1) // 2 + 1"
+    assert check_agreement(op, per_dtype=3).ok
+    from default_kernels import assert_default_kernel_correct
+    assert_default_kernel_correct(op, "c")
 
 
 # ---- precise errors where an affine subscript does not give the range ----------------
