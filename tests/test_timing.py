@@ -1070,3 +1070,30 @@ def test_the_baseline_is_timed_only_once_the_card_has_run_out_of_others_work(mon
     monkeypatch.setattr(sb, "drain_card", lambda scratch: None)
     with pytest.raises(timing.CardBusy):
         timing.card_quiet("cuda")
+
+
+F32_CONSTANT_BASELINE = """
+op ema_f32_baseline
+  dims M, N
+  in  x: f32 [M, N]
+  out y: like x [M, N]
+  y[i, j] = sum(k in 0 .. j + 1) pow(0.9, j - k) * x[i, k]
+  baseline x @ torch.where(torch.arange(x.shape[1])[:, None] <= torch.arange(x.shape[1])[None, :], 0.9 ** (torch.arange(x.shape[1])[None, :] - torch.arange(x.shape[1])[:, None]).clamp(min=0).float(), 0.0)
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test  M in 1..8, N in 1..100
+  bench M=4, N=64
+"""
+
+
+def test_a_baseline_that_fails_on_float64_inputs_leaves_the_oracle_to_the_reference():
+    """A constant made in float32 passes ``kdsl check`` (the spec's dtypes) and failed the
+    bench point's float64 oracle, so every evaluation; the spec's own reference stands in."""
+    from kdsl.reference import reference
+    op = spec.parse_text(F32_CONSTANT_BASELINE, "t.kspec").ops[0]
+    x = torch.randn(4, 64)
+    with pytest.raises(RuntimeError, match="dtype"):
+        timing._oracle_at(op, {"M": 4, "N": 64}, "f32", {"x": x}, "cpu")
+    got = timing.oracle_of(op, {"M": 4, "N": 64}, "f32", {"x": x}, "cpu")
+    want = reference(op, {"M": 4, "N": 64}, {"x": x.double().numpy()})["y"]
+    assert got["y"].dtype == torch.float64
+    np.testing.assert_allclose(got["y"].numpy(), want, rtol=1e-12)
