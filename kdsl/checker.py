@@ -456,8 +456,15 @@ class Checker:
             sub = self._resolve(sub, scope, st)
             if isinstance(sub, ir.Name) and sub.name in scope:
                 idx = scope[sub.name]
-                # Offsets of B segments have B+1 entries: a segment index reads a prefix.
-                fits = self._fits if isinstance(t.domain, ir.Offsets) else self._same_extent
+                # an index may read a prefix of an input's dim: one that runs past it is an
+                # error. (A row's differences, y[i, j] = x[i, j + 1] - x[i, j] with y of
+                # N - 1 columns, and a GLU's halves, x[i, j] and x[i, j + N] of x's 2 * N,
+                # read part of an axis; they were refused as shape mismatches.) Offsets of
+                # B segments have B+1 entries: a segment index reads a prefix too. An
+                # intermediate's extent is the op's own to choose: read only in part, it
+                # says its range was declared wrong
+                fits = self._fits if isinstance(t.domain, ir.Offsets) or \
+                    t.name in {x.name for x in self.op.inputs} else self._same_extent
                 # (a padded read may run past the dim: its pad stands for what is not there)
                 if not idx.explicit and not fits(idx.hi, t.shape[p]) and \
                         not (e.pad is not None and self._fits(t.shape[p], idx.hi)):

@@ -370,6 +370,43 @@ def test_an_unpadded_strided_convolution_only_reduced_takes_torchs_output_size()
     assert_default_kernel_correct(op, "c")
 
 
+PART_OF_AN_AXIS = """\
+op row_diff
+  dims M, N
+  in  x: f32 [M, N]
+  out y: f32 [M, N - 1]
+  y[i, j] = x[i, j + 1] - x[i, j]
+  baseline torch.diff(x, dim=1)
+  tolerance f32(rtol=1e-5, atol=1e-5)
+  test  M in 1..6, N in 2..60
+  bench M=64, N=64
+
+op glu_halves
+  dims M, N
+  in  x: f32 [M, 2 * N]
+  out y: like x [M, N]
+  y[i, j] = x[i, j] * sigmoid(x[i, j + N])
+  baseline F.glu(x, dim=-1)
+  tolerance f32(rtol=1e-5, atol=1e-5)
+  test  M in 1..6, N in 1..60
+  bench M=64, N=64
+"""
+
+
+@pytest.mark.parametrize("name", ["row_diff", "glu_halves"])
+def test_an_index_reads_part_of_an_inputs_axis(name):
+    """torch.diff and a GLU read a prefix of an input's dim with a plain index: refused as
+    shape mismatches before; a read past the dim still is one."""
+    from default_kernels import assert_default_kernel_correct
+    op = {o.name: o for o in spec.parse_text(PART_OF_AN_AXIS, "t.kspec").ops}[name]
+    assert check_agreement(op, per_dtype=3).ok
+    assert_default_kernel_correct(op, "c")
+    past = PART_OF_AN_AXIS.replace("out y: f32 [M, N - 1]", "out y: f32 [M, N + 1]") \
+        .replace("x[i, j + 1] - x[i, j]", "x[i, j] * 2.0").split("\n\n")[0]
+    with pytest.raises(SpecError, match="shape mismatch: index 'j' ranges over N \\+ 1"):
+        spec.parse_text(past, "t.kspec")
+
+
 # ---- precise errors where an affine subscript does not give the range ----------------
 
 @pytest.mark.parametrize("old,new,words", [
