@@ -331,3 +331,34 @@ def test_a_matrix_vector_product_reads_its_matrix_in_place():
         got = run(op, built.fn, case.dtype, case.sizes, case.inputs)
         ref = reference.reference(op, case.sizes, case.inputs)
         assert compare.compare(op, case.dtype, got, ref, case.inputs) is None
+
+
+ROW_DOTS = """
+op row_dots
+  dims B, D
+  in  a: f32 [B, D]
+  in  b: like a [B, D]
+  out y: f32 [B]
+  out z: f32 [B]
+  y[i] = sum(d) a[i, d] * b[i, d]
+  z[i] = sum(d) a[i, d] * a[i, d]
+  baseline ((a * b).sum(dim=1), (a * a).sum(dim=1))
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test  B in 1..40, D in 1..300
+  bench cpu: B=8192, D=1024, dtype=f32
+"""
+
+
+def test_row_dot_products_read_their_rows_in_place():
+    """Every factor moves along the output's index and along the sum: a batch of dot
+    products of contiguous rows (cosine similarity's parts), which copies putting the
+    output's index last read strided along the sum (an outsider's at 0.11x of torch, its
+    cosine similarity 0.18x; 0.51x and 1.32x without them)."""
+    op = spec.parse_text(ROW_DOTS, "<t>").ops[0]
+    assert not any(t.name.startswith("kd_t") for t in canonical(op).tensors)
+    built = BACKEND.build(op, BACKEND.render(op, BACKEND.space(op, "cpu").default(), "cpu"),
+                          "cpu")
+    for case in cases.generate(op, seed=2, per_dtype=3):
+        got = run(op, built.fn, case.dtype, case.sizes, case.inputs)
+        ref = reference.reference(op, case.sizes, case.inputs)
+        assert compare.compare(op, case.dtype, got, ref, case.inputs) is None
