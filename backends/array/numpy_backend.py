@@ -24,6 +24,8 @@ _UFUNC = {
     "rsqrt": "(1.0 / np.sqrt({0}))", "tanh": "np.tanh({0})", "erf": "rt.erf({0})",
     "sigmoid": "rt.sigmoid({0})", "silu": "rt.silu({0})", "relu": "np.maximum({0}, 0)",
     "abs": "np.abs({0})", "min": "np.minimum({0}, {1})", "max": "np.maximum({0}, {1})",
+    "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})",
+    "round": "np.round({0})",
     "pow": "np.power({0}, {1})", "where": "np.where({0}, {1}, {2})", "hash64": "rt.hash64({0})",
 }
 

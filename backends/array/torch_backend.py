@@ -24,6 +24,8 @@ _UFUNC = {
     "rsqrt": "torch.rsqrt({0})", "tanh": "torch.tanh({0})", "erf": "torch.erf({0})",
     "sigmoid": "torch.sigmoid({0})", "silu": "torch.nn.functional.silu({0})",
     "relu": "torch.relu({0})", "abs": "torch.abs({0})", "pow": "torch.pow({0}, {1})",
+    "floor": "torch.floor({0})", "ceil": "torch.ceil({0})", "trunc": "torch.trunc({0})",
+    "round": "torch.round({0})",
     "where": "torch.where({0}, {1}, {2})", "hash64": "rt.hash64({0})",
 }
 

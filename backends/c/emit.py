@@ -284,7 +284,8 @@ class Emitter:
         if fn == "pow":
             return self.power(args[0], e.args[1], args[1])
         floats = {"exp": "kd_exp", "log": "kd_log", "log1p": "kd_log1p", "expm1": "kd_expm1",
-                  "sqrt": "sqrtf", "rsqrt": "kd_rsqrt",
+                  "sqrt": "sqrtf", "rsqrt": "kd_rsqrt", "floor": "floorf", "ceil": "ceilf",
+                  "trunc": "truncf", "round": "nearbyintf",  # (halves to even, by default)
                   "tanh": "kd_tanh", "erf": "kd_erf", "sigmoid": "kd_sigmoid", "silu": "kd_silu"}
         if fn in floats:
             return C(f"{floats[fn]}({as_float(args[0])})", "f")

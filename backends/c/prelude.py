@@ -334,7 +334,8 @@ WIDE_MATH = ("kd_exp", "kd_log", "kd_log1p", "kd_expm1", "kd_tanh", "kd_erf", "k
 
 def wide_function(text: str) -> str:
     """A kernel function's text compiled in double (see ``WIDE_PRELUDE``)."""
-    names = [("float", "double"), ("sqrtf", "sqrt"), ("fabsf", "fabs")] + \
+    names = [("float", "double"), ("sqrtf", "sqrt"), ("fabsf", "fabs"), ("floorf", "floor"),
+             ("ceilf", "ceil"), ("truncf", "trunc"), ("nearbyintf", "nearbyint")] + \
         [(f, f + "_d") for f in WIDE_MATH]
     return "\n".join([f"#define {a} {b}" for a, b in names] + [text] +
                      [f"#undef {a}" for a, _ in names])

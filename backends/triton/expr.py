@@ -364,7 +364,8 @@ class ExprGen:
                        "log1p": "_kd_log1p({})", "expm1": "_kd_expm1({})",
                        "rsqrt": "tl.rsqrt({})", "erf": "tl.erf({})",
                        "sigmoid": "tl.sigmoid({})", "silu": "({0} * tl.sigmoid({0}))",
-                       "tanh": "_kd_tanh({})"}
+                       "tanh": "_kd_tanh({})", "floor": "tl.floor({})", "ceil": "tl.ceil({})",
+                       "trunc": "_kd_trunc({})", "round": "_kd_round_even({})"}
         if fn in unary_float:
             if fn == "tanh":
                 out = self.op.outputs[0].name
@@ -377,6 +378,8 @@ class ExprGen:
                 unary_float = dict(unary_float, tanh=call)
             if fn in ("log1p", "expm1"):  # libdevice's, accurate near 0 (helpers.py)
                 self.em.helpers.add(fn)
+            if fn in ("trunc", "round"):  # (plain ops: the interpreter has no libdevice)
+                self.em.helpers.add({"trunc": "trunc", "round": "round_even"}[fn])
             a = self.to_float(args[0])
             if self.exp == "ftz" and fn in ("exp", "sigmoid", "silu") and not a.plain:
                 # (a constant or a dim stays with tl.exp: the helper reads its operand's dtype)

@@ -142,6 +142,20 @@ def _kd_pow(a, b):
     r = tl.where(a < 0, tl.where(whole, tl.where(odd, -mag, mag), float('nan')), mag)
     return tl.where(b == 0, 1.0, r)
 ''',
+    "trunc": '''
+@triton.jit
+def _kd_trunc(x):
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+''',
+    # the nearest whole number, halves to the even one (torch.round, C's nearbyint)
+    "round_even": '''
+@triton.jit
+def _kd_round_even(x):
+    f = tl.floor(x)
+    d = x - f
+    odd = (f - 2.0 * tl.floor(f * 0.5)) != 0
+    return tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
+''',
     "mul": '''
 @triton.jit
 def _kd_mul(a, b):
