@@ -85,6 +85,9 @@ CASES = {
     "two_outputs": ("", ("x", "return torch.exp(x), x.max(dim=1)[1]"), "[torch.randn(5, 7)]"),
     "cumulative": ("", ("x", "return torch.cumsum(x, dim=1) + torch.cumprod(x, dim=1) + "
                              "x.flip(1).cumsum(1).flip(1)"), "[torch.randn(4, 30)]"),
+    "fake_quant": ("", ("x", "return (torch.clamp(torch.round(x * 4) + 8, 0, 15) - 8) / 4 + "
+                             "torch.floor(x) + torch.ceil(x) + torch.trunc(x)"),
+                   "[torch.randn(6, 20)]"),
 }
 
 

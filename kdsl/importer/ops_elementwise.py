@@ -20,6 +20,7 @@ for _name, _template in {
     "rsqrt": "rsqrt({a})", "abs": "abs({a})", "neg": "(-{a})", "erf": "erf({a})",
     "reciprocal": "(1.0 / {a})", "silu": "silu({a})", "logical_not": "(not {a})",
     "isnan": "({a} != {a})", "sign": "(where({a} > 0, 1.0, 0.0) - where({a} < 0, 1.0, 0.0))",
+    "floor": "floor({a})", "ceil": "ceil({a})", "trunc": "trunc({a})", "round": "round({a})",
 }.items():
     maps(f"aten.{_name}.default")(_unary(_template))
 
