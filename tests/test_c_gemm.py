@@ -301,6 +301,16 @@ def test_register_tile_default_follows_the_vector_registers(monkeypatch):
     assert (small["mr"], small["nr"], wide["mr"], wide["nr"]) == (6, 16, 8, 32)
 
 
+def _default_kernel_agrees(op) -> None:
+    """The default genome's kernel against the reference on a few drawn cases."""
+    built = BACKEND.build(op, BACKEND.render(op, BACKEND.space(op, "cpu").default(), "cpu"),
+                          "cpu")
+    for case in cases.generate(op, seed=2, per_dtype=3):
+        got = run(op, built.fn, case.dtype, case.sizes, case.inputs)
+        ref = reference.reference(op, case.sizes, case.inputs)
+        assert compare.compare(op, case.dtype, got, ref, case.inputs) is None
+
+
 BATCHED_MATVEC = """
 op batched_matvec
   dims B, M, K
@@ -325,12 +335,7 @@ def test_a_matrix_vector_product_reads_its_matrix_in_place():
     assert not any(t.name.startswith("kd_t") for t in canonical(op).tensors)
     bt = ops()["bmm_perm"]
     assert any(t.name.startswith("kd_t") for t in canonical(bt).tensors)
-    built = BACKEND.build(op, BACKEND.render(op, BACKEND.space(op, "cpu").default(), "cpu"),
-                          "cpu")
-    for case in cases.generate(op, seed=2, per_dtype=3):
-        got = run(op, built.fn, case.dtype, case.sizes, case.inputs)
-        ref = reference.reference(op, case.sizes, case.inputs)
-        assert compare.compare(op, case.dtype, got, ref, case.inputs) is None
+    _default_kernel_agrees(op)
 
 
 ROW_DOTS = """
@@ -356,9 +361,4 @@ def test_row_dot_products_read_their_rows_in_place():
     cosine similarity 0.18x; 0.51x and 1.32x without them)."""
     op = spec.parse_text(ROW_DOTS, "<t>").ops[0]
     assert not any(t.name.startswith("kd_t") for t in canonical(op).tensors)
-    built = BACKEND.build(op, BACKEND.render(op, BACKEND.space(op, "cpu").default(), "cpu"),
-                          "cpu")
-    for case in cases.generate(op, seed=2, per_dtype=3):
-        got = run(op, built.fn, case.dtype, case.sizes, case.inputs)
-        ref = reference.reference(op, case.sizes, case.inputs)
-        assert compare.compare(op, case.dtype, got, ref, case.inputs) is None
+    _default_kernel_agrees(op)
