@@ -243,7 +243,9 @@ def test_shutdown_cancels_in_flight_work_and_keeps_the_callers_cluster(cluster, 
     pid_file = tmp_path / "pid"
     fut = ex.submit(job(op, mode="hang", path=str(pid_file)))
     deadline = time.monotonic() + 30
-    while not pid_file.exists() and time.monotonic() < deadline:
+    # (the file exists a moment before its pid is written in it: a CI run read it empty)
+    while not (pid_file.exists() and pid_file.read_text().strip()) and \
+            time.monotonic() < deadline:
         time.sleep(0.05)
     ex.shutdown()
     r = fut.result(timeout=5)

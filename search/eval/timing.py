@@ -383,7 +383,9 @@ def oracle_of(op: ir.Op, sizes: dict, dtype: str, ins: dict, device: str,
     input (2-16 GiB, with 0.6-12.5 free); at four workers the same day, moving a host
     oracle's 12 GiB output back to the device ran out of memory in turn. The host has the
     memory (the inputs are drawn there), and its seconds count against the job's time limit
-    like the device's. Only a failure on the host as well is the oracle's. Before the host,
+    like the device's. Only a failure on the host as well is the oracle's. (A failure that is
+    not one of memory leaves the oracle to the spec's own float64 reference, ``_by_reference``.)
+    Before the host,
     an op with a batch axis is computed on the device a slice of it at a time
     (``oracle_chunks``: the same values in a fraction of the memory; 104 of the 119 specs
     in ``specs/`` have one).
