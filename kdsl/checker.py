@@ -17,7 +17,8 @@ from .builtins import CASTS, CONSTANTS, ELEMENTWISE, INDEX_BUILTINS
 from .domains import domain_errors, empty_domain_errors
 from .assemble import arithmetic_too_large
 from .errors import Diagnostic
-from .extents import Why as _Why, affine_extent, from_readers, is_size, window_extent
+from .extents import (Why as _Why, affine_extent, from_readers, is_size, names_in,
+                      window_extent)
 from .intervals import MAX_INT_BITS, IntervalEval, too_large
 from .parser import COLLECTIVES, CONSTANT_AT, REDUCTIONS, SCANS
 from .show import format_expr
@@ -463,8 +464,8 @@ class Checker:
                 # B segments have B+1 entries: a segment index reads a prefix too. An
                 # intermediate's extent is the op's own to choose: read only in part, it
                 # says its range was declared wrong
-                fits = self._fits if isinstance(t.domain, ir.Offsets) or \
-                    t.name in {x.name for x in self.op.inputs} else self._same_extent
+                fits = self._fits if isinstance(t.domain, ir.Offsets) or t.role == "in" \
+                    else self._same_extent
                 # (a padded read may run past the dim: its pad stands for what is not there)
                 if not idx.explicit and not fits(idx.hi, t.shape[p]) and \
                         not (e.pad is not None and self._fits(t.shape[p], idx.hi)):
@@ -513,7 +514,7 @@ class Checker:
     def _resolve_collective(self, e: ir.Collective, scope, st, top: bool) -> ir.Collective:
         if not top:
             self.fatal(e.loc, f"'{e.op}' must be the whole right side of a statement")
-        free_lhs = [n for n in st.indices if n not in _names_in(e.body)]
+        free_lhs = [n for n in st.indices if n not in names_in(e.body)]
         k = None
         inner = {n: v for n, v in scope.items()}
         if e.op in ("sort", "argsort"):
@@ -787,10 +788,6 @@ def evaluate_or_none(e: ir.Expr, sizes) -> float | None:
 
 def _body(e):
     return e.body
-
-
-def _names_in(e: ir.Expr) -> set[str]:
-    return {n.name for n in ir.walk(e) if isinstance(n, ir.Name)}
 
 
 def _show(e: ir.Expr) -> str:

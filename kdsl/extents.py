@@ -138,7 +138,7 @@ def _windows(ck, u: str, form, t: ir.Tensor, p: int, node: ir.Access, expr: ir.E
         return None
     lo, hi = span
     padded = node.pad is not None
-    if c != ONE and not padded and _names(c) & (_names(lo) | _names(hi)):
+    if c != ONE and not padded and names_in(c) & (names_in(lo) | names_in(hi)):
         # (an unpadded strided read whose window is sized by its step, a group's channels
         # ``g * (C // G) + 2 * k`` for k in 0 .. C // G, is a group split written wrong,
         # not a convolution: the exact rule's error stands. A convolution's taps are sized
@@ -341,7 +341,8 @@ def first_use(e: ir.Expr, u: str) -> ir.Name | None:
     return next((n for n in ir.walk(e) if isinstance(n, ir.Name) and n.name == u), None)
 
 
-def _names(e: ir.Expr) -> set[str]:
+def names_in(e: ir.Expr) -> set[str]:
+    """The names ``e`` reads (indices, dims, constants)."""
     return {n.name for n in ir.walk(e) if isinstance(n, ir.Name)}
 
 

@@ -25,10 +25,11 @@ SCANS = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumu
 CHUNK_ELEMENTS = 1 << 22
 
 
-def decayed(x: np.ndarray, axis: int, c: float) -> np.ndarray:
-    """``y[j] = c * y[j - 1] + x[j]`` along ``axis`` (the scan ``cumdecay``)."""
+def decayed(x: np.ndarray, axis: int, c: float, dtype=None) -> np.ndarray:
+    """``y[j] = c * y[j - 1] + x[j]`` along ``axis`` (the scan ``cumdecay``), in ``dtype``
+    (float64 by default; the numpy generator's runtime keeps its kernel's)."""
     x = np.moveaxis(np.asarray(x), axis, 0)
-    out = np.empty(x.shape, dtype=np.result_type(x, np.float64))
+    out = np.empty(x.shape, dtype=dtype or np.result_type(x, np.float64))
     acc = np.zeros(x.shape[1:], dtype=out.dtype)
     for n in range(x.shape[0]):
         acc = c * acc + x[n]

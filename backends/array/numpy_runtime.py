@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from kdsl.builtins import segment_of as _segment_of
+from kdsl.reference import decayed as _decayed
 from kdsl.builtins import splitmix64, triu_pairs
 
 # ---- crossing the torch boundary -------------------------------------------------
@@ -242,13 +243,7 @@ def logcumsumexp(x, axis):  # (the running log-sum-exp: numerics.py writes it)
 
 
 def cumdecay(x, axis, c):  # (y[j] = c * y[j - 1] + x[j]: scans.py writes it)
-    x = np.moveaxis(x, axis, 0)
-    out = np.empty_like(x)
-    acc = np.zeros_like(x[0])
-    for n in range(x.shape[0]):
-        acc = acc * x.dtype.type(c) + x[n]
-        out[n] = acc
-    return np.moveaxis(out, 0, axis)
+    return _decayed(x, axis, c, x.dtype)
 
 
 def sort(x, axis):

@@ -134,11 +134,6 @@ def confine(tensors) -> None:
         t.set_(moved[key], t.storage_offset(), t.size(), t.stride())
 
 
-def confined(t) -> bool:
-    """Whether ``t`` (a CUDA tensor) lies in the pool's memory."""
-    return _inside(t.untyped_storage(), _segments(t.device))
-
-
 def release(device) -> None:
     """A new pool for the next evaluation. This one's segments go back to the device once
     nothing holds their blocks, at the worker's next ``empty_cache``."""

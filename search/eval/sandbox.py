@@ -446,6 +446,7 @@ class RemoteKernel:
                        ARENA_MIN_BYTES)
             with ipc_pool.allocating(device):  # (zeros: its tail is mapped, never written)
                 self.arena = torch.zeros(size, dtype=torch.uint8, device=device)
+            ipc_pool.confine([self.arena])
             self.box.call("arena", _shared({"arena": self.arena})["arena"])
         return self.arena
 
@@ -499,13 +500,13 @@ class RemoteKernel:
 
 
 def _shared(tensors: dict) -> dict:
-    """The tensors, where the candidate process can map them, moved there in place (the
-    same tensor objects, once): CPU storage into shared memory, CUDA memory into the pool
-    whose segments hold nothing of the judge's own (``ipc_pool``: IPC maps whole segments)."""
+    """The tensors, where the candidate process can map them: CPU storage moved into shared
+    memory in place (the same tensor objects, once); CUDA memory as it is, which each
+    message's sender has confined to the pool first (``ipc_pool.confine``, once for all of
+    a message's tensors: IPC maps whole segments)."""
     for t in tensors.values():
         if not t.is_cuda and not t.is_shared():
             t.share_memory_()
-    ipc_pool.confine(tensors.values())
     for t in tensors.values():
         _settle(t)
         break
