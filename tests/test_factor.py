@@ -1,9 +1,10 @@
 """Sums of products summed factor by factor (``lower.factor``): a GEMM's columns summed
 (``sum(o) (sum(k) x[b, k] * w[o, k])``) becomes ``sum(k) x[b, k] * c[k]`` with ``c[k] =
 sum(o) w[o, k]`` computed once, written with an intermediate or inline; a depthwise then
-pointwise convolution, where merging the sums would do more work, stays as written; the c
-and numpy kernels are correct, on forms that broke this rewrite and ``lower.common``'s
-too."""
+pointwise convolution, where merging the sums would do more work, stays as written; a product
+of three reads summed over two indices (a bilinear form) is contracted a pair at a time where
+the partial fits; the c and numpy kernels are correct, on forms that broke this rewrite and
+``lower.common``'s too."""
 from __future__ import annotations
 
 import pytest
@@ -37,6 +38,30 @@ op outer_sum
   tolerance f32(rtol=1e-4, atol=1e-4)
   test  M in 1..40, N in 1..40, B in 1..8
   bench M=512, N=512, B=512
+
+op bilinear_form
+  dims B, N, K
+  in  x: f32 [B, N]
+  in  A: f32 [N, K]
+  in  y: f32 [B, K]
+  out z: f32 [B]
+  z[b] = sum(i, j) x[b, i] * A[i, j] * y[b, j]
+  baseline torch.einsum('bi,ij,bj->b', x, A, y)
+  tolerance f32(rtol=2e-3, atol=1e-2)
+  test  B in 1..16, N in 1..40, K in 1..40
+  bench B=512, N=256, K=256
+
+op bilinear_layer
+  dims B, I, J, O
+  in  u: f32 [B, I]
+  in  v: f32 [B, J]
+  in  w: f32 [O, I, J]
+  out y: f32 [B, O]
+  y[b, o] = sum(i, j) 0.5 * u[b, i] * w[o, i, j] * v[b, j]
+  baseline 0.5 * torch.nn.functional.bilinear(u, v, w)
+  tolerance f32(rtol=2e-3, atol=1e-2)
+  test  B in 1..8, I in 1..24, J in 1..24, O in 1..6
+  bench B=64, I=128, J=128, O=64
 """
 OP = {o.name: o for o in spec.parse_text(OPS, "t.kspec").ops}
 
@@ -56,6 +81,27 @@ def test_more_work_factored_stays_as_written():
     assert factored_sums(op) is op
     gemm = spec.load(SPECS / "matmul.kspec").ops[0]
     assert factored_sums(gemm) is gemm
+
+
+def test_a_product_of_three_reads_is_contracted_a_pair_at_a_time():
+    # as much work either way, but each step a contraction of two reads (a GEMM, then a
+    # row's dot product) where the nest of all four indices is none
+    op = factored_sums(OP["bilinear_form"])
+    first, last = op.statements
+    assert isinstance(first.value, ir.Reduce) and len(first.value.indices) == 1
+    assert {a.tensor for a in ir.walk(first.value) if isinstance(a, ir.Access)} in \
+        ({"x", "A"}, {"A", "y"})
+    assert len(last.value.indices) == 1
+    layer = factored_sums(OP["bilinear_layer"])
+    assert len(layer.statements) == 2 and layer.statements[0].indices[:2] == ("b", "o")
+
+
+def test_a_pair_contracted_first_only_where_its_partial_fits_the_ops_memory():
+    # the partial t[b, o, j] would hold B x O x J elements, 64 times the weight here
+    op = spec.parse_text(OPS.replace("bench B=64, I=128, J=128, O=64",
+                                     "bench B=8192, I=128, J=128, O=64"), "t.kspec").ops
+    layer = next(o for o in op if o.name == "bilinear_layer")
+    assert factored_sums(layer) is layer
 
 
 @pytest.mark.parametrize("name", sorted(OP))

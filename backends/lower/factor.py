@@ -8,6 +8,12 @@ factor by factor, O x K + B x K. The same for any sum of a product in which some
 index is read only by factors that leave out an index of the output (an outer product's
 sum, a weighted sum of a GEMM's rows), where that halves the work at least.
 
+Where no such index saves work, a product of three or more reads summed over several indices
+is still contracted a pair at a time when that does no more products: a bilinear form
+``sum(i, j) x[b, i] * A[i, j] * y[b, j]`` becomes a GEMM ``t[b, j] = sum(i) x[b, i] * A[i,
+j]`` and a dot product of rows, each a form the generators tile, where the nest of all the
+indices is none. The partial must hold no more elements than the op's largest tensor.
+
 A sum inside a product inside a sum merges into one sum over both sets of indices first
 (``sum(o) c * sum(k) g`` is ``sum(o, k) c * g``), and an intermediate holding a sum of a
 product, read once by one statement at its own indices, is read through. Only sums: a
@@ -118,30 +124,65 @@ def _factored(op, st, shape, e: ir.Reduce, inlined, extra, tensors) -> ir.Expr |
     outside = set(st.indices)
     if outside & set(names):
         return None  # a summed index shadows one of the output's
+    extents = {x.name: x.hi for x in ranges}
+    chained = []  # (work, r, reading, rest, keep): partial sums that keep every output index
     for r in ranges:
         reading = [f for f in fs if r.name in free_names(f, op.dims)]
         rest = [f for f in fs if r.name not in free_names(f, op.dims)]
         if not reading or not rest:
             continue
         kept = set().union(*(free_names(f, op.dims) for f in reading)) - {r.name}
-        if not (outside - kept) or not kept <= outside | set(names):
-            continue  # shared by no output index, or reading an index bound elsewhere
+        if not kept <= outside | set(names):
+            continue  # reading an index bound elsewhere
         keep = [n for n in st.indices if n in kept] + [n for n in names if n in kept]
-        extents = {x.name: x.hi for x in ranges}
         remaining = tuple(x for x in ranges if x.name != r.name)
         dims = [shape[n] if n in shape else extents[n] for n in keep]
         factored = _volume(size, dims) * size(r.hi) + \
             out * _volume(size, [x.hi for x in remaining])
+        if not (outside - kept):  # shared by no output index: no work saved by itself
+            # (counted in products: the nest makes len(fs) - 1 of them a term)
+            products = _volume(size, dims) * size(r.hi) * (len(reading) - 1) + \
+                out * _volume(size, [x.hi for x in remaining]) * len(rest)
+            if len(reading) > 1 and _contracts(rest, remaining, op.dims) and \
+                    products <= written * (len(fs) - 1) and \
+                    _volume(size, dims) <= _largest(op, size):
+                chained.append((products, r, reading, rest, keep, dims, remaining))
+            continue
         if 2 * factored > written:
             continue
-        partial = ir.Reduce("sum", (r,), _product(reading))
-        name = unique_name(tensors, f"kd_f{len(extra)}_{st.target}")
-        tensors.append(ir.Tensor(name, "tmp", (scratch_dtype(op, partial),), None,
-                                 tuple(dims)))
-        extra.append(ir.Statement(name, tuple(keep), partial))
-        body = _product(rest + [ir.Access(name, tuple(ir.Name(n) for n in keep))])
-        return ir.Reduce("sum", remaining, body) if remaining else body
+        return _split(op, st, r, reading, rest, keep, dims, remaining, extra, tensors)
+    if chained:
+        # a product of three or more factors summed over two or more indices, no less work
+        # contracted a pair at a time (``x[b, i] * A[i, j] * y[b, j]`` as ``t[b, j] =
+        # sum(i) x[b, i] * A[i, j]`` then ``sum(j) t[b, j] * y[b, j]``): each step is a
+        # contraction of two reads, which the generators tile as a GEMM; in one nest of
+        # all the indices no generator does
+        _, *best = min(chained, key=lambda c: c[0])
+        return _split(op, st, *best, extra, tensors)
     return None
+
+
+def _split(op, st, r, reading, rest, keep, dims, remaining, extra, tensors) -> ir.Expr:
+    """The sum over ``r`` of the factors ``reading`` it as an intermediate (a statement added
+    to ``extra``), and the sum over the ``remaining`` indices of the ``rest`` times it."""
+    partial = ir.Reduce("sum", (r,), _product(reading))
+    name = unique_name(tensors, f"kd_f{len(extra)}_{st.target}")
+    tensors.append(ir.Tensor(name, "tmp", (scratch_dtype(op, partial),), None, tuple(dims)))
+    extra.append(ir.Statement(name, tuple(keep), partial))
+    body = _product(rest + [ir.Access(name, tuple(ir.Name(n) for n in keep))])
+    return ir.Reduce("sum", remaining, body) if remaining else body
+
+
+def _contracts(rest: list[ir.Expr], remaining, dims) -> bool:
+    """Some factor of ``rest`` reads an index still summed: what is left is a contraction."""
+    summed = {x.name for x in remaining}
+    return any(free_names(f, dims) & summed for f in rest)
+
+
+def _largest(op: ir.Op, size) -> int:
+    """The most elements any of the op's inputs and outputs holds: an intermediate no
+    bigger adds no more memory than the op's own tensors use."""
+    return max(_volume(size, t.shape) for t in op.tensors if t.role != "tmp")
 
 
 def _sizer(op: ir.Op):
