@@ -83,6 +83,10 @@ CASTS = {"f32": "float", "f16": "float", "bf16": "float", "f64": "float",
 #   triangle of an F x F matrix, in row-major order (torch.triu_indices(F, F, 1)).
 INDEX_BUILTINS = ("segment_of", "triu_row", "triu_col")
 
+# The functions that round a float to a whole number: a value within a float's rounding of
+# a step may land on either side of it (``compare``, ``reference.cast_bounds``).
+ROUNDINGS = ("floor", "ceil", "trunc", "round")
+
 CONSTANTS = {"inf": math.inf, "pi": math.pi}
 
 

@@ -88,7 +88,8 @@ def compare(op: ir.Op, dtype: str, got: dict[str, np.ndarray], ref: dict[str, np
         else:
             g = g.astype(np.float64)
             bad = _compare_close(g, r, *tolerance(op, dtype, t.name),
-                                 rounded=rounds_to_infinity(op, dtype, t.name, g, r))
+                                 rounded=rounds_to_infinity(op, dtype, t.name, g, r),
+                                 envelope=(bounds or {}).get(t.name))
         if bad is not None:
             return Mismatch(t.name, bad)
     return None
@@ -140,6 +141,17 @@ def int_slack(op: ir.Op, output: str) -> int:
 def float_casts(op: ir.Op, output: str) -> list[ir.Call]:
     """The casts of a float to an integer that ``output`` depends on (through its
     intermediates too)."""
+    return _calls_on_floats(op, output, ("i32", "i64"))
+
+
+def float_roundings(op: ir.Op, output: str) -> list[ir.Call]:
+    """The roundings of a float (``floor``, ``ceil``, ``trunc``, ``round``) that ``output``
+    depends on (through its intermediates too)."""
+    from .builtins import ROUNDINGS
+    return _calls_on_floats(op, output, ROUNDINGS)
+
+
+def _calls_on_floats(op: ir.Op, output: str, fns) -> list[ir.Call]:
     defs = {st.target: st for st in op.statements}
     casts, seen, todo = [], set(), [output]
     while todo:
@@ -150,7 +162,7 @@ def float_casts(op: ir.Op, output: str) -> list[ir.Call]:
         for n in ir.walk(defs[name].value):
             if isinstance(n, ir.Access):
                 todo.append(n.tensor)
-            if isinstance(n, ir.Call) and n.fn in ("i32", "i64") and \
+            if isinstance(n, ir.Call) and n.fn in fns and \
                     any(may_be_float(op, x) for x in n.args):
                 casts.append(n)
     return casts
@@ -201,11 +213,14 @@ def _compare_exact(g, r, slack: int = 0, bounds=None) -> str | None:
             f"[{', '.join(map(str, pos))}]: got {g[pos]}, expected {r[pos]}")
 
 
-def _compare_close(g, r, rtol, atol, rounded=None) -> str | None:
+def _compare_close(g, r, rtol, atol, rounded=None, envelope=None) -> str | None:
     """Each element within ``atol + rtol * |r|`` of the float64 reference; the elements
     ``rounded`` (``rounds_to_infinity``) pass too: there the output dtype's infinity is the
     reference rounded to that dtype (``exp(100.0)`` in float32), what torch and any correct
-    kernel store."""
+    kernel store. So does an element within the tolerance of ``envelope`` (``(lo, hi)``,
+    ``reference.cast_bounds``: what the reference takes where a rounding's float moves by
+    its dtype's rounding), which is the reference itself but where a rounding could go
+    either way."""
     ref_nan, got_nan = np.isnan(r), np.isnan(g)
     if (got_nan & ~ref_nan).any():
         pos = tuple(int(p) for p in np.argwhere(got_nan & ~ref_nan)[0])
@@ -217,6 +232,9 @@ def _compare_close(g, r, rtol, atol, rounded=None) -> str | None:
     if rounded is not None:
         ok |= rounded
     with np.errstate(invalid="ignore"):
+        if envelope is not None:
+            lo, hi = (np.asarray(b, dtype=np.float64) for b in envelope)
+            ok |= (g >= lo - (atol + rtol * np.abs(lo))) & (g <= hi + (atol + rtol * np.abs(hi)))
         diff = np.where(ok, 0.0, np.abs(g - r))
         allowed = atol + rtol * np.abs(np.where(np.isfinite(r), r, 0.0))
         excess = np.where(ok, -1.0, diff - allowed)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ir
-from .builtins import CASTS, CONSTANTS, ELEMENTWISE, segment_of, triu_pairs
+from . import dtypes, ir
+from .builtins import CASTS, CONSTANTS, ELEMENTWISE, ROUNDINGS, segment_of, triu_pairs
 from .sizes import evaluate
 
 
@@ -46,7 +46,8 @@ class _Scope:
 
 class Reference:
     """``nudge``: a relative step (negative: down) by which every float a cast truncates to
-    an integer moves first (``cast_bounds``); 0 evaluates the math as written."""
+    an integer, or ``floor``, ``ceil``, ``trunc`` or ``round`` rounds, moves first
+    (``cast_bounds``); 0 evaluates the math as written."""
 
     def __init__(self, op: ir.Op, sizes: dict[str, int], nudge: float = 0.0):
         self.op, self.sizes, self.nudge = op, sizes, nudge
@@ -167,6 +168,9 @@ class Reference:
                     a = a + (np.abs(a) + CAST_ROUNDING_FLOOR) * self.nudge
                 return np.trunc(a).astype(np.int64)
             return a != 0
+        if e.fn in ROUNDINGS and self.nudge:
+            a = np.asarray(args[0], dtype=np.float64)
+            args = [a + (np.abs(a) + CAST_ROUNDING_FLOOR) * self.nudge]
         return ELEMENTWISE[e.fn].numpy(*args)
 
     def _enter(self, r: ir.IndexRange, sc: _Scope) -> _Scope:
@@ -321,6 +325,12 @@ def cast_bounds(op: ir.Op, sizes: dict[str, int], inputs: dict[str, np.ndarray],
     carry its float across an integer, not everywhere (a kernel off by one at every element
     of ``i32(x * 256.0)`` passed under a slack of one for the whole output).
 
+    The same for each float output of one ``floor``, ``ceil``, ``trunc`` or ``round`` of a
+    float (``compare.float_roundings``): a fake quantization ``round(x / 0.05) * 0.05`` in
+    float32 lands a whole step from the float64 reference where ``x / 0.05`` is within
+    rounding of a half (15 of 16.7 million elements of a normal draw), and no float32
+    kernel of it could pass at every element otherwise.
+
     Only where the output depends on one such cast, of a float computed elementwise: a
     float32 sum's error grows with its terms, not with its result, so a correct kernel
     summing in another order than the reference truncated ``i32(sum(k) x[i, k])`` to the
@@ -328,9 +338,13 @@ def cast_bounds(op: ir.Op, sizes: dict[str, int], inputs: dict[str, np.ndarray],
     together miss one rounding up while the other does not. Such outputs keep the slack at
     every element."""
     from kdsl.backends.lower.numerics import stable_exponentials
-    from kdsl.compare import int_slack
+    from kdsl.compare import float_casts, float_roundings, int_slack
     names = [t.name for t in op.outputs if int_slack(op, t.name)
-             and _one_elementwise_cast(op, t.name)]
+             and _one_elementwise(op, float_casts(op, t.name))
+             and not float_roundings(op, t.name)]
+    names += [t.name for t in op.outputs if not float_casts(op, t.name)
+              and _one_elementwise(op, float_roundings(op, t.name))
+              and dtypes.kind(op.dtype_of(t.name, dtype)) == "float"]
     if not names:
         return {}
     stable = stable_exponentials(op)
@@ -340,10 +354,10 @@ def cast_bounds(op: ir.Op, sizes: dict[str, int], inputs: dict[str, np.ndarray],
                 np.maximum(np.maximum(runs[0][n], runs[1][n]), runs[2][n])) for n in names}
 
 
-def _one_elementwise_cast(op: ir.Op, output: str) -> bool:
-    """Whether ``output`` depends on exactly one cast of a float to an integer, whose float
-    reads no reduction, scan or collective (through intermediates too)."""
-    from kdsl.compare import float_casts
+def _one_elementwise(op: ir.Op, casts: list[ir.Call]) -> bool:
+    """Whether ``casts`` (an output's casts of a float to an integer, or its roundings of a
+    float) is exactly one, whose float reads no reduction, scan or collective (through
+    intermediates too)."""
     defs = {st.target: st for st in op.statements}
 
     def reduced(e: ir.Expr, seen: set) -> bool:
@@ -355,7 +369,6 @@ def _one_elementwise_cast(op: ir.Op, output: str) -> bool:
                     return True
         return False
 
-    casts = float_casts(op, output)
     return len(casts) == 1 and not any(reduced(a, set()) for a in casts[0].args)
 
 

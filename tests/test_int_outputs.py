@@ -1,7 +1,9 @@
 """Integer outputs are judged exactly, except by one where they convert a float value to an
 integer (``compare.int_slack``): the reference computes that float in float64, a kernel in
 its own dtype, and a value within rounding of an integer boundary truncates to either side
-(an outsider's ``i32(x * 3.0)`` failed on every backend, torch's own baseline included)."""
+(an outsider's ``i32(x * 3.0)`` failed on every backend, torch's own baseline included).
+A float output of a rounding (``round(x / 0.05) * 0.05``) may likewise land a step either
+side where its float is within rounding of a half, in the tests and at the bench point."""
 from __future__ import annotations
 
 import numpy as np
@@ -92,3 +94,73 @@ op sumcast
     ref = {"q": np.array([223, 5, 7, 9]), "d": np.array([1, 2, 3, 4]), "e": np.array([1, 2, 3, 4])}
     got = {**ref, "q": np.array([222, 5, 7, 9], dtype=np.int32)}  # the other side of 223
     assert compare.compare(op, "f32", got, ref, {"x": x}, bounds) is None
+
+
+FAKE_QUANT = """
+op fake_quant
+  dims M, N
+  in  x: f32 [M, N]
+  out y: like x [M, N]
+  y[i, j] = (min(max(round(x[i, j] / 0.05) + 128, 0), 255) - 128) * 0.05
+  baseline torch.fake_quantize_per_tensor_affine(x, 0.05, 128, 0, 255)
+  tolerance f32(rtol=1e-6, atol=1e-6)
+  test  M in 1..30, N in 1..200
+  bench M=512, N=2048
+"""
+
+
+def _quantized_in_f32(x):
+    q = np.clip(np.round(x / np.float32(0.05)) + np.float32(128), 0, 255) - np.float32(128)
+    return (q * np.float32(0.05)).astype(np.float32)
+
+
+def _halves(n: int):
+    """float32 values nearest the halves of 0.05's steps: ``x / 0.05`` rounds to one
+    integer in float32 and often to the next in float64 (-5.975: -120 and -119)."""
+    return ((np.arange(n) - n // 2 + 0.5) * 0.05).astype(np.float32)
+
+
+def test_a_float_output_of_a_rounding_may_land_a_step_either_side_where_its_float_is_a_half():
+    """``round(x / 0.05)`` in float32 and in float64 differ where ``x / 0.05`` is within
+    rounding of a half: a whole step (0.05) of the output, far outside any tolerance. With
+    the case's ``cast_bounds`` such elements pass; a step off anywhere else still fails."""
+    from kdsl.reference import cast_bounds, reference
+    op = spec.parse_text(FAKE_QUANT, "t.kspec").ops[0]
+    x = np.random.default_rng(0).standard_normal((64, 240)).astype(np.float32)
+    x[0] = _halves(240)
+    sizes, inputs = {"M": 64, "N": 240}, {"x": x}
+    ref = reference(op, sizes, inputs)
+    got = {"y": _quantized_in_f32(x)}
+    assert compare.compare(op, "f32", got, ref, inputs) is not None
+    bounds = cast_bounds(op, sizes, inputs, "f32")
+    lo, hi = bounds["y"]
+    # either way at the halves, and at the few random draws within 2**-19 of one
+    assert (lo[0] != hi[0]).all() and (lo[1:] != hi[1:]).mean() < 1e-3
+    assert compare.compare(op, "f32", got, ref, inputs, bounds) is None
+    off = got["y"].copy()
+    at = tuple(np.argwhere(lo == hi)[0])
+    off[at] += np.float32(0.05)
+    assert "1 of" in str(compare.compare(op, "f32", {"y": off}, ref, inputs, bounds))
+
+
+def test_the_bench_check_judges_a_rounding_by_the_references_envelope():
+    """At the bench point the oracle is the baseline in float64, which has no envelope: an
+    element a step off there is judged again against the spec's own math rounded either
+    way, from the inputs the kernel read."""
+    from kdsl.reference import reference
+    from kdsl.search.eval import timing
+    op = spec.parse_text(FAKE_QUANT, "t.kspec").ops[0]
+    case = timing.bench_case(op, timing.bench_point(op, "cpu"), "f32")
+    x = np.asarray(case.inputs["x"], dtype=np.float32).copy()
+    x[0, :240] = _halves(240)
+    ins, pristine = {"x": torch.from_numpy(x.copy())}, {"x": torch.from_numpy(x.copy())}
+    ref = {k: torch.from_numpy(v) for k, v in reference(op, case.sizes, {"x": x}).items()}
+    got = _quantized_in_f32(x)
+    assert (got[0, :240] != ref["y"][0, :240].numpy()).any()
+    message, _ = timing.bench_judge(op, case, ins, {"y": torch.from_numpy(got)}, ref, 0,
+                                    "cpu", pristine)
+    assert message is None
+    got[1, 1] = ref["y"][1, 1].item() + 0.05  # a step off where no rounding is near
+    message, _ = timing.bench_judge(op, case, ins, {"y": torch.from_numpy(got)}, ref, 0,
+                                    "cpu", pristine)
+    assert message is not None and "[1, 1]" in message
