@@ -23,6 +23,14 @@ import sys
 PRELOAD = ["kdsl.search.eval.undumpable", "torch", "torch.multiprocessing", "numpy",
            "kdsl.backends", "kdsl.search.eval.candidate_main"]
 DEVICE_BOUND = ("triton",)  # never imported before the candidate's environment is set
+# The server's environment, which its torch's OpenMP runtime reads once, at the import: every
+# candidate process (and the judged baseline's) inherits that runtime, and a c kernel shares
+# it. OpenMP's default lets a thread spin after each parallel region; on the 2-core VM
+# (2026-12-07) that made KernelBench 12's c kernel read 2.0-10.4 ms in three evaluations
+# (1 ms in a plain process) and eager's judged 1.8-5.0 ms: the spinning threads, not the
+# kernels, were timed. Passive waits read 1.6-3.9 and 1.9-2.9 ms. (A variable the user set
+# stands.)
+SERVER_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 _CONTEXT = None
 
@@ -31,6 +39,8 @@ def context():
     """The multiprocessing context that starts candidate processes (started on first use)."""
     global _CONTEXT
     if _CONTEXT is None:
+        for name, value in SERVER_ENVIRONMENT.items():  # (the server starts with this one's)
+            os.environ.setdefault(name, value)
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(PRELOAD)
         _CONTEXT = ctx
