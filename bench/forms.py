@@ -49,11 +49,14 @@ def table(rows: list[dict]) -> str:
 
     def f(v):
         return "-" if v is None else f"{v:.4g}"
+
+    def cell(text: str) -> str:
+        return " ".join(text.split()).replace("|", "/")[:80]
     for r in rows:
         lines.append(f"| {r['op']} | {'yes' if r['ok'] else 'no'} | {f(r['kernel_ms'])} | "
                      f"{r['baseline'] or '-'} | {f(r['baseline_ms'])} | {f(r['x_baseline'])} | "
                      f"{f(r['eager_ms'])} | {f(r['x_eager'])} | {f(r['floor_ms'])} | "
-                     f"{r['message'][:80]} |")
+                     f"{cell(r['message'])} |")
     timed = [r["x_baseline"] for r in rows if r["x_baseline"]]
     if timed:
         mean = math.exp(sum(math.log(x) for x in timed) / len(timed))

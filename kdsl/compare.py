@@ -217,10 +217,10 @@ def _compare_close(g, r, rtol, atol, rounded=None, envelope=None) -> str | None:
     """Each element within ``atol + rtol * |r|`` of the float64 reference; the elements
     ``rounded`` (``rounds_to_infinity``) pass too: there the output dtype's infinity is the
     reference rounded to that dtype (``exp(100.0)`` in float32), what torch and any correct
-    kernel store. So does an element within the tolerance of ``envelope`` (``(lo, hi)``,
-    ``reference.cast_bounds``: what the reference takes where a rounding's float moves by
-    its dtype's rounding), which is the reference itself but where a rounding could go
-    either way."""
+    kernel store. So does an element within the tolerance of either of ``envelope``'s two
+    arrays (``reference.cast_bounds``: what the reference takes where a rounding's float
+    moves down or up by its dtype's rounding), which are the reference itself but where a
+    rounding could go either way."""
     ref_nan, got_nan = np.isnan(r), np.isnan(g)
     if (got_nan & ~ref_nan).any():
         pos = tuple(int(p) for p in np.argwhere(got_nan & ~ref_nan)[0])
@@ -232,9 +232,9 @@ def _compare_close(g, r, rtol, atol, rounded=None, envelope=None) -> str | None:
     if rounded is not None:
         ok |= rounded
     with np.errstate(invalid="ignore"):
-        if envelope is not None:
-            lo, hi = (np.asarray(b, dtype=np.float64) for b in envelope)
-            ok |= (g >= lo - (atol + rtol * np.abs(lo))) & (g <= hi + (atol + rtol * np.abs(hi)))
+        for other in envelope or ():
+            other = np.asarray(other, dtype=np.float64)
+            ok |= np.abs(g - other) <= atol + rtol * np.abs(other)
         diff = np.where(ok, 0.0, np.abs(g - r))
         allowed = atol + rtol * np.abs(np.where(np.isfinite(r), r, 0.0))
         excess = np.where(ok, -1.0, diff - allowed)

@@ -164,11 +164,12 @@ class Reference:
             if kind == "int":
                 if a.dtype.kind != "f":
                     return a.astype(np.int64)
-                if self.nudge:
+                if self.nudge and not _rounded(e.args[0]):  # (a rounding is nudged itself)
                     a = a + (np.abs(a) + CAST_ROUNDING_FLOOR) * self.nudge
                 return np.trunc(a).astype(np.int64)
             return a != 0
-        if e.fn in ROUNDINGS and self.nudge:
+        if e.fn in ROUNDINGS and self.nudge and np.asarray(args[0]).dtype.kind == "f" \
+                and not _exact(e.args[0]):
             a = np.asarray(args[0], dtype=np.float64)
             args = [a + (np.abs(a) + CAST_ROUNDING_FLOOR) * self.nudge]
         return ELEMENTWISE[e.fn].numpy(*args)
@@ -309,6 +310,20 @@ def _touches_first_axis(st: ir.Statement) -> bool:
     return False
 
 
+def _rounded(e: ir.Expr) -> bool:
+    """``e`` is a rounding's result: a whole number in any dtype, nothing to nudge."""
+    return isinstance(e, ir.Call) and e.fn in ROUNDINGS
+
+
+def _exact(e: ir.Expr) -> bool:
+    """``e`` is a value no kernel computes with an error of its own: a read, a number, or a
+    cast of one (``round(x)`` of a stored 2.5 is 2 in every dtype; nudged, it would let a
+    kernel rounding halves away from zero pass)."""
+    if isinstance(e, ir.Call) and e.fn in CASTS and len(e.args) == 1:
+        return _exact(e.args[0])
+    return isinstance(e, (ir.Access, ir.Num, ir.Name))
+
+
 # How far a kernel's float may be from the float64 value a cast truncates, relative to its
 # magnitude: a few rounding steps of the case's dtype (-33.333332f * 3.0 is -100 in f32,
 # -99.999996 in f64; torch computes ``x * 3.0`` of an f16 ``x`` in f16), the float32 figure
@@ -340,18 +355,21 @@ def cast_bounds(op: ir.Op, sizes: dict[str, int], inputs: dict[str, np.ndarray],
     from kdsl.backends.lower.numerics import stable_exponentials
     from kdsl.compare import float_casts, float_roundings, int_slack
     names = [t.name for t in op.outputs if int_slack(op, t.name)
-             and _one_elementwise(op, float_casts(op, t.name))
-             and not float_roundings(op, t.name)]
-    names += [t.name for t in op.outputs if not float_casts(op, t.name)
+             and _one_elementwise(op, float_casts(op, t.name))]
+    floats = [t.name for t in op.outputs if not float_casts(op, t.name)
               and _one_elementwise(op, float_roundings(op, t.name))
               and dtypes.kind(op.dtype_of(t.name, dtype)) == "float"]
-    if not names:
+    if not names and not floats:
         return {}
     stable = stable_exponentials(op)
     step = CAST_ROUNDING.get(dtype, CAST_ROUNDING["f32"])
     runs = [Reference(stable, sizes, n * step).run(inputs) for n in (-1, 0, 1)]
-    return {n: (np.minimum(np.minimum(runs[0][n], runs[1][n]), runs[2][n]),
-                np.maximum(np.maximum(runs[0][n], runs[1][n]), runs[2][n])) for n in names}
+    out = {n: (np.minimum(np.minimum(runs[0][n], runs[1][n]), runs[2][n]),
+               np.maximum(np.maximum(runs[0][n], runs[1][n]), runs[2][n])) for n in names}
+    # a float output's two other values, not the interval between them: a value between
+    # two steps is no rounding of anything (``compare._compare_close``)
+    out.update({n: (runs[0][n], runs[2][n]) for n in floats})
+    return out
 
 
 def _one_elementwise(op: ir.Op, casts: list[ir.Call]) -> bool:

@@ -1,8 +1,9 @@
 """``specs/forms/``: ordinary torch ops written as the math reads, each a form the lowering
 once refused or ran at a fraction of torch's speed (a decayed sum, a running log-sum-exp, a
 rounding, a product of three reads, a strided convolution only reduced, reads of a prefix of
-an input). Each checks against its baseline, and its default kernel on the c and numpy
-backends is correct on its test cases. Their timings are ``bench/forms.py``'s."""
+an input). Each one's default kernel on the c and numpy backends is correct on its test
+cases (``kdsl check`` holds each baseline to the reference). Their timings are
+``bench/forms.py``'s."""
 from __future__ import annotations
 
 from pathlib import Path

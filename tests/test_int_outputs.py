@@ -164,3 +164,70 @@ def test_the_bench_check_judges_a_rounding_by_the_references_envelope():
     message, _ = timing.bench_judge(op, case, ins, {"y": torch.from_numpy(got)}, ref, 0,
                                     "cpu", pristine)
     assert message is not None and "[1, 1]" in message
+
+
+ROUNDED = """
+op rounded
+  dims N
+  in  x: f32 [N] in -50 .. 50
+  in  k: i32 [N] in -50 .. 50
+  out q: i32 [N]
+  out r: f32 [N]
+  out e: f32 [N]
+  q[i] = i32(floor(x[i] * 3.0))
+  r[i] = round(x[i]) + floor(k[i])
+  e[i] = round(x[i] / 0.05) * 0.05 + floor(k[i])
+  baseline (torch.floor(x * 3.0).to(torch.int32), torch.round(x) + k, torch.round(x / 0.05) * 0.05 + k)
+  tolerance f32(rtol=1e-6, atol=1e-6)
+  test  N in 1..100
+  bench N=1000
+"""
+
+
+def test_a_rounding_is_nudged_only_where_a_kernel_computes_its_float():
+    """Where the rounding's float is computed (``x * 3.0``, ``x / 0.05``) it moves; a cast of
+    the rounding's whole number does not move again, a read (``round(x)`` of a stored 2.5,
+    which is 2 in every dtype) or an integer (``floor(k)``) not at all: a kernel rounding
+    halves away from zero, or off by one everywhere, still fails."""
+    from kdsl.reference import cast_bounds, reference
+    op = spec.parse_text(ROUNDED, "t.kspec").ops[0]
+    x = np.array([2.5, 1.0, -1.5, 0.7, np.float32(100.0) / np.float32(3.0), 0.125],
+                 dtype=np.float32)
+    k = np.array([3, -2, 5, 0, 1, 7], dtype=np.int32)
+    sizes, inputs = {"N": 6}, {"x": x, "k": k}
+    ref = reference(op, sizes, inputs)
+    bounds = cast_bounds(op, sizes, inputs, "f32")
+    assert set(bounds) == {"q", "r", "e"}
+    f32 = {"q": np.floor(x * np.float32(3.0)).astype(np.int32),
+           "r": (np.round(x) + k).astype(np.float32),
+           "e": (np.round(x / np.float32(0.05)) * np.float32(0.05) + k).astype(np.float32)}
+    assert f32["q"][4] != ref["q"][4]  # 100 in float32, 99 in float64
+    assert compare.compare(op, "f32", f32, ref, inputs, bounds) is None
+    wrong = [{**f32, "q": np.ceil(x * np.float32(3.0)).astype(np.int32)},
+             {**f32, "q": f32["q"] + 1},
+             {**f32, "r": (np.sign(x) * np.floor(np.abs(x) + 0.5) + k).astype(np.float32)},
+             {**f32, "r": f32["r"] - 1},
+             {**f32, "e": f32["e"] - 1}]
+    for got in wrong:
+        assert compare.compare(op, "f32", got, ref, inputs, bounds) is not None
+
+
+def test_a_value_between_the_two_roundings_is_neither():
+    """The envelope of a float output is its two other values, not the interval between
+    them: ``exp(3 * round(x / 0.05))`` at a half passes at either, not half way."""
+    from kdsl.reference import cast_bounds, reference
+    op = spec.parse_text(FAKE_QUANT.replace(
+        "(min(max(round(x[i, j] / 0.05) + 128, 0), 255) - 128) * 0.05",
+        "exp(0.5 * round(x[i, j] / 0.05))").replace(
+        "torch.fake_quantize_per_tensor_affine(x, 0.05, 128, 0, 255)",
+        "torch.exp(0.5 * torch.round(x / 0.05))"), "t.kspec").ops[0]
+    x = _halves(40).reshape(1, 40)
+    sizes, inputs = {"M": 1, "N": 40}, {"x": x}
+    ref = reference(op, sizes, inputs)
+    lo, hi = cast_bounds(op, sizes, inputs, "f32")["y"]
+    at = int(np.argmax(lo != hi))
+    for v, ok in ((lo[0, at], True), (hi[0, at], True), ((lo[0, at] + hi[0, at]) / 2, False)):
+        got = ref["y"].copy()
+        got[0, at] = v
+        assert (compare.compare(op, "f32", {"y": got}, ref, inputs,
+                                {"y": (lo, hi)}) is None) == ok

@@ -125,7 +125,9 @@ def _factored(op, st, shape, e: ir.Reduce, inlined, extra, tensors) -> ir.Expr |
     if outside & set(names):
         return None  # a summed index shadows one of the output's
     extents = {x.name: x.hi for x in ranges}
-    chained = []  # (work, r, reading, rest, keep): partial sums that keep every output index
+    # (products, r, reading, rest, keep, dims, remaining): partial sums that keep every
+    # output index
+    chained = []
     for r in ranges:
         reading = [f for f in fs if r.name in free_names(f, op.dims)]
         rest = [f for f in fs if r.name not in free_names(f, op.dims)]

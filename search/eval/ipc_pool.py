@@ -36,7 +36,7 @@ def _pool(device):
     if not hasattr(torch.cuda, "MemPool"):  # (torch 2.11 and 2.13 have it)
         raise RuntimeError(f"torch {torch.__version__} has no torch.cuda.MemPool: a GPU "
                            "evaluation needs one to keep the judge's memory out of what "
-                           "the candidate maps (torch 2.11 or newer)")
+                           "the candidate maps (torch 2.11 and 2.13 have it)")
     if i not in _POOLS:
         with torch.cuda.device(i):  # (a pool belongs to the device current at its making)
             _POOLS[i] = torch.cuda.MemPool()
