@@ -46,9 +46,14 @@ class WorkerKind:
         compile processes (``compile_threads``; one a CPU of the host by default, in every
         worker). On an H100 host of 16 CPUs (2026-12-06), with that default in each of five
         workers, honest kernels' timed steps read 1.8-10.8 ms a call over their own timers
-        and two were rejected as suspect; with three each, the same kernels were not. A
-        value the user set stands."""
-        env: dict[str, str | None] = {}
+        and two were rejected as suspect; with three each, the same kernels were not. The
+        candidates' OpenMP wait policy (``zygote.SERVER_ENVIRONMENT``) is the worker's own
+        too, read by its torch at the import: a baseline timed in the worker then waits as
+        the candidates do, and the worker's idle threads do not spin on the cores a
+        candidate is timed on. A value the user set stands."""
+        from .eval.zygote import SERVER_ENVIRONMENT
+        env: dict[str, str | None] = {k: v for k, v in SERVER_ENVIRONMENT.items()
+                                      if k not in os.environ}
         if cpus and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
             env["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, cpus))
         if self.device == "cpu":

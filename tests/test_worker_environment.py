@@ -35,3 +35,12 @@ def test_the_pool_gives_each_worker_its_share(monkeypatch, tmp_path):
         pool._start(WorkerKind("cuda", None))
         pool._pool.clear()
     assert started[0][-1] == 3  # 16 CPUs among 5 workers
+
+
+def test_the_worker_waits_in_openmp_as_its_candidates_do(monkeypatch):
+    from kdsl.search.eval.zygote import SERVER_ENVIRONMENT
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert WorkerKind("cpu", 1024).environment()["OMP_WAIT_POLICY"] == \
+        SERVER_ENVIRONMENT["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert "OMP_WAIT_POLICY" not in WorkerKind("cpu", 1024).environment()  # the user's
