@@ -81,6 +81,15 @@ def micro_kernel(mr: int, nr: int) -> tuple[str, str]:
     return name, "\n".join(lines) + "\n"
 
 
+def _outside(e: ir.Expr, red: ir.Reduce) -> set[str]:
+    """The names ``e`` reads outside the sum ``red``."""
+    if e == red:
+        return set()
+    if isinstance(e, ir.Name):
+        return {e.name}
+    return set().union(*(_outside(x, red) for x in ir.operands(e)))
+
+
 def _round(n: int, to: int) -> int:
     return (n + to - 1) // to * to
 
@@ -134,7 +143,10 @@ class Packed:
         return self._split(con, st, names, flat)
 
     def _offset(self, access: ir.Access, subs: dict) -> str:
-        return self.offset(access.tensor, [subs[s.name] for s in access.subscripts], 0)
+        """``subs`` gives each index's text; a fixed coordinate is its own expression."""
+        return self.offset(access.tensor, [subs[s.name] if isinstance(s, ir.Name) and
+                                           s.name in subs else f"(int64_t)({self.dims_c(s)})"
+                                           for s in access.subscripts], 0)
 
     # ---- packing ----
     def _pack(self, con, st, access, rows, w: int, origin: str, count: str, dst_base: str,
@@ -189,10 +201,20 @@ class Packed:
         axis group's unflattened indices computed at the head of its block."""
         scope = {n: Var(x, 1) for n, x in bsubs.items()}
         for names, flat, block, depth in axes:
-            lines, subs = self._split(con, st, names, flat)
+            lines, subs = self._stored(con, st, names, flat)
             block.pre += lines
             scope.update({n: Var(x, depth) for n, x in subs.items()})
         self._finish(con, st, stack, scope, acc)
+
+    def _stored(self, con, st, names, flat: str) -> tuple[list[str], dict]:
+        """``_split`` for the epilogue: where one flat index addresses ``names`` in the
+        output and nothing around the sum reads them, that index alone (no division an
+        element)."""
+        target = ir.Access(st.target, tuple(ir.Name(i) for i in st.indices))
+        if self._collapsible(con, st, names, target) and \
+                not _outside(st.value, con.red) & set(names):
+            return [], {n: (flat if n == names[-1] else "0") for n in names}
+        return self._split(con, st, names, flat)
 
     # ---- the group ----
     def packed_group(self, g, con: Contraction) -> list[str]:
@@ -295,7 +317,7 @@ class Packed:
         va, vb = em.fresh("kg_va"), em.fresh("kg_vb")
         for access, ptrs, stem in ((con.b, b_ptr, vb), (con.a, a_ptr, va)):
             lines, subs = self._address(con, st, con.k, k, access)
-            off = self._offset(access, {**{s.name: "0" for s in access.subscripts}, **subs})
+            off = self._offset(access, {**{n: "0" for n in con.names(access) if n}, **subs})
             dot.body.main += lines
             for q, p in enumerate(ptrs):
                 dot.body.main.append(f"const float {stem}_{q} = "
@@ -448,7 +470,7 @@ class Packed:
         bl, bs = self._split(con, st, con.batch, f"({v['row']} / {v['M']})") if con.batch \
             else ([], {})
         ml, ms = self._split(con, st, con.m, f"({v['row']} % {v['M']})")
-        nl, ns = self._split(con, st, con.n, v["c"])
+        nl, ns = self._stored(con, st, con.n, v["c"])
         F1.pre += bl + ml
         F2.pre += nl
         scope = {n: Var(t, 1) for n, t in {**bs, **ms}.items()}
