@@ -444,6 +444,17 @@ def test_k_tables_are_the_default_where_taps_ride_the_lanes():
     assert d["K_TABLE"] == 0 and d["STAGE"] == 1 and d["K_SCALAR"] == 2
 
 
+def test_tabled_factors_run_one_stage_with_the_positions_on_m():
+    """A tabled factor is a gather: one stage (its loads are not bulk copies to run
+    ahead), and in f32 its positions on M, where the TF32 MMA takes any layout; a staged
+    convolution keeps its pipeline and orientation."""
+    for n in ("50", "54", "59", "60", "66"):
+        d = td.defaults(kernelbench_op(n), "cuda")
+        assert (d["K_TABLE"], d["num_stages"], d["SWAP"]) == (1, 1, 1), (n, d)
+    d = td.defaults(kernelbench_op("55"), "cuda")
+    assert (d["K_TABLE"], d["num_stages"], d["SWAP"]) == (0, 3, 0)
+
+
 def kernelbench_op(number: str) -> ir.Op:
     path, = (ROOT / "specs" / "kernelbench" / "level1").glob(f"{number}_*.kspec")
     return load(path).ops[0]
