@@ -159,6 +159,28 @@ op pointwise_conv_small_image
   test B in 1..3, CI in 1..40, CO in 1..30, H in 1..6, W in 1..6
   bench cpu: B=512, CI=8, CO=8, H=4, W=4
 
+op fixed_tap_and_index_epilogue
+  dims B, CI, CO, H, W, T
+  in  x: f32 [B, CI, H, W]
+  in  w: f32 [CO, CI, T, 2]
+  out y: f32 [B, CO, H, W]
+  y[b, co, i, j] = sum(ci) x[b, ci, i, j] * w[co, ci, T - 1, 1] + j * 0.5
+  baseline torch.einsum("bchw,oc->bohw", x, w[:, :, -1, 1]) + 0.5 * torch.arange(W)
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test B in 1..3, CI in 1..40, CO in 1..30, H in 1..20, W in 1..20, T in 1..3
+  bench cpu: B=2, CI=8, CO=8, H=16, W=16, T=2
+
+op transposed_image
+  dims B, CI, CO, H, W
+  in  x: f32 [B, CI, H, W]
+  in  w: f32 [CO, CI]
+  out y: f32 [B, CO, W, H]
+  y[b, co, j, i] = sum(ci) x[b, ci, i, j] * w[co, ci]
+  baseline torch.einsum("bchw,oc->bowh", x, w)
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test B in 1..3, CI in 1..40, CO in 1..30, H in 1..20, W in 1..20
+  bench cpu: B=2, CI=8, CO=8, H=16, W=16
+
 op int_mm
   dims M, K, N
   in  a: i64 [M, K] in -5..5
@@ -224,6 +246,9 @@ def check_cases(name: str, genes: dict, seed: int = 5) -> None:
     # in x and y: a batch index where (i, j) spans 128 columns or more at the bench point
     ("pointwise_conv", ("b",), ("co",), ("i", "j"), ("ci",), "w"),
     ("pointwise_conv_small_image", (), ("co",), ("b", "i", "j"), ("ci",), "w"),
+    ("fixed_tap_and_index_epilogue", ("b",), ("co",), ("i", "j"), ("ci",), "w"),
+    # (j, i) lie the other way in x: not one flat index, so the columns stay as written
+    ("transposed_image", (), ("co",), ("b", "j", "i"), ("ci",), "w"),
 ])
 def test_recognised_from_index_notation(name, batch, m, n, k, a):
     """The sets come from which factor reads which index, never from names or order; a
@@ -276,7 +301,8 @@ def test_packed_operands_need_no_transposed_copy():
                          ids=["default", "small_blocks", "wide", "loops"])
 @pytest.mark.parametrize("name", ["bmm_perm", "two_k", "scattered_groups", "epilogue",
                                   "chained", "free_axis", "matvec_t", "pointwise_conv",
-                                  "pointwise_conv_small_image"])
+                                  "pointwise_conv_small_image",
+                                  "fixed_tap_and_index_epilogue", "transposed_image"])
 def test_matches_reference(name, genes):
     check_cases(name, genes)
 

@@ -142,11 +142,12 @@ class Packed:
             return [], {n: (flat if n == names[-1] else "0") for n in names}
         return self._split(con, st, names, flat)
 
-    def _offset(self, access: ir.Access, subs: dict) -> str:
-        """``subs`` gives each index's text; a fixed coordinate is its own expression."""
-        return self.offset(access.tensor, [subs[s.name] if isinstance(s, ir.Name) and
-                                           s.name in subs else f"(int64_t)({self.dims_c(s)})"
-                                           for s in access.subscripts], 0)
+    def _offset(self, access: ir.Access, subs: dict, fixed: bool = True) -> str:
+        """``subs`` gives each index's text; a fixed coordinate is its own expression, or
+        0 without ``fixed`` (an offset from a pointer that holds it already)."""
+        return self.offset(access.tensor, [
+            subs[s.name] if isinstance(s, ir.Name) and s.name in subs else
+            (f"(int64_t)({self.dims_c(s)})" if fixed else "0") for s in access.subscripts], 0)
 
     # ---- packing ----
     def _pack(self, con, st, access, rows, w: int, origin: str, count: str, dst_base: str,
@@ -317,7 +318,8 @@ class Packed:
         va, vb = em.fresh("kg_va"), em.fresh("kg_vb")
         for access, ptrs, stem in ((con.b, b_ptr, vb), (con.a, a_ptr, va)):
             lines, subs = self._address(con, st, con.k, k, access)
-            off = self._offset(access, {**{n: "0" for n in con.names(access) if n}, **subs})
+            off = self._offset(access, {**{n: "0" for n in con.names(access) if n}, **subs},
+                               fixed=False)
             dot.body.main += lines
             for q, p in enumerate(ptrs):
                 dot.body.main.append(f"const float {stem}_{q} = "
