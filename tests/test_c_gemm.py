@@ -181,6 +181,29 @@ op transposed_image
   test B in 1..3, CI in 1..40, CO in 1..30, H in 1..20, W in 1..20
   bench cpu: B=2, CI=8, CO=8, H=16, W=16
 
+op read_tap
+  dims M, K, N, T
+  in  a: f32 [M, K]
+  in  b: f32 [K, T, N]
+  in  sel: i64 [1] in 0..T
+  out y: f32 [M, N]
+  y[i, j] = sum(k) a[i, k] * b[k, sel[0], j]
+  baseline a @ b[:, sel[0], :]
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test M in 1..40, K in 1..100, N in 1..50, T in 1..4
+  bench cpu: M=8, K=8, N=8, T=2
+
+op call_tap
+  dims M, K, N, T
+  in  a: f32 [M, K]
+  in  b: f32 [K, T, N]
+  out y: f32 [M, N]
+  y[i, j] = sum(k) a[i, k] * b[k, max(T - 2, 0), j]
+  baseline a @ b[:, max(T - 2, 0), :]
+  tolerance f32(rtol=1e-4, atol=1e-4)
+  test M in 1..40, K in 1..100, N in 1..50, T in 1..4
+  bench cpu: M=8, K=8, N=8, T=2
+
 op int_mm
   dims M, K, N
   in  a: i64 [M, K] in -5..5
@@ -249,6 +272,9 @@ def check_cases(name: str, genes: dict, seed: int = 5) -> None:
     ("fixed_tap_and_index_epilogue", ("b",), ("co",), ("i", "j"), ("ci",), "w"),
     # (j, i) lie the other way in x: not one flat index, so the columns stay as written
     ("transposed_image", (), ("co",), ("b", "j", "i"), ("ci",), "w"),
+    # a coordinate read from a tensor or through a call is no fixed one: the loop nest
+    ("read_tap", (), (), (), (), None),
+    ("call_tap", (), (), (), (), None),
 ])
 def test_recognised_from_index_notation(name, batch, m, n, k, a):
     """The sets come from which factor reads which index, never from names or order; a
@@ -302,7 +328,8 @@ def test_packed_operands_need_no_transposed_copy():
 @pytest.mark.parametrize("name", ["bmm_perm", "two_k", "scattered_groups", "epilogue",
                                   "chained", "free_axis", "matvec_t", "pointwise_conv",
                                   "pointwise_conv_small_image",
-                                  "fixed_tap_and_index_epilogue", "transposed_image"])
+                                  "fixed_tap_and_index_epilogue", "transposed_image",
+                                  "read_tap", "call_tap"])
 def test_matches_reference(name, genes):
     check_cases(name, genes)
 

@@ -2,8 +2,8 @@
 
 A statement ``T[out..] = f(sum(k..) X[..] * Y[..], ..)`` is a contraction when the sum
 is its one reduction, its body is the product of two plain reads (every subscript an
-output or reduced index, none twice in a read, or a fixed coordinate: an expression of
-sizes and numbers only, like the 0 of a 1 x 1 kernel's ``w[co, ci, 0, 0]``), every
+output or reduced index, none twice in a read, or a fixed coordinate: sizes and whole
+numbers under + - * // %, like the 0 of a 1 x 1 kernel's ``w[co, ci, 0, 0]``), every
 reduced index runs from 0 over a size and is read by both factors, and f is elementwise (the epilogue: bias, activation,
 a mask, a scale). The output indices then fall into four sets, whatever their names and
 the order of the operands' axes:
@@ -89,7 +89,7 @@ def recognise(op: ir.Op, st: ir.Statement) -> Contraction | None:
         names = [s.name for s in f.subscripts
                  if isinstance(s, ir.Name) and s.name in out | set(k)]
         fixed = [s for s in f.subscripts if not (isinstance(s, ir.Name) and s.name in names)]
-        if len(set(names)) != len(names) or any(not free_names(s) <= dims for s in fixed):
+        if len(set(names)) != len(names) or not all(_size_expr(s, dims) for s in fixed):
             return None
     x, y = fs
     nx, ny = _indices(x, out | set(k)), _indices(y, out | set(k))
@@ -145,6 +145,21 @@ def _consecutive(op: ir.Op, st: ir.Statement, names: tuple[str, ...],
         return False
     shape, out = op.tensor(access.tensor).shape, op.tensor(st.target).shape
     return all(shape[p] == out[st.indices.index(i)] for p, i in zip(pos[1:], names[1:]))
+
+
+def _size_expr(e: ir.Expr, dims: set[str]) -> bool:
+    """A fixed coordinate: sizes and whole numbers under + - * // % and negation (what the
+    kernel computes once; a read like ``sel[0]`` or a call like ``max(T - 2, 0)`` is not)."""
+    if isinstance(e, ir.Num):
+        return float(e.value).is_integer()
+    if isinstance(e, ir.Name):
+        return e.name in dims
+    if isinstance(e, ir.Unary):
+        return e.op == "neg" and _size_expr(e.operand, dims)
+    if isinstance(e, ir.Binary):
+        return e.op in ("+", "-", "*", "//", "%") and _size_expr(e.left, dims) and \
+            _size_expr(e.right, dims)
+    return False
 
 
 def _indices(access: ir.Access, indices: set[str]) -> set[str]:
