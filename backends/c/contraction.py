@@ -4,9 +4,9 @@ A statement ``T[out..] = f(sum(k..) X[..] * Y[..], ..)`` is a contraction when t
 is its one reduction, its body is the product of two plain reads (every subscript an
 output or reduced index, none twice in a read, or a fixed coordinate: sizes and whole
 numbers under + - * // %, like the 0 of a 1 x 1 kernel's ``w[co, ci, 0, 0]``), every
-reduced index runs from 0 over a size and is read by both factors, and f is elementwise (the epilogue: bias, activation,
-a mask, a scale). The output indices then fall into four sets, whatever their names and
-the order of the operands' axes:
+reduced index runs from 0 over a size and is read by both factors, and f is elementwise
+(the epilogue: bias, activation, a mask, a scale). The output indices then fall into four
+sets, whatever their names and the order of the operands' axes:
 
 - ``m``: read by one factor only (``a``, the factor whose rows the micro-kernel
   broadcasts), ``n``: read by the other only (``b``, the factor whose rows are vectors),
