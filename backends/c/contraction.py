@@ -135,16 +135,23 @@ def _flat_columns(op: ir.Op, st: ir.Statement, n: tuple[str, ...],
 
 def _consecutive(op: ir.Op, st: ir.Statement, names: tuple[str, ...],
                  access: ir.Access) -> bool:
-    """``names`` are consecutive axes of ``access``'s tensor, in order, each after the
-    first as long as its index (one flat index addresses them)."""
+    """One flat index addresses the output indices ``names`` in ``access``."""
     subs = [s.name if isinstance(s, ir.Name) else None for s in access.subscripts]
+    out = op.tensor(st.target).shape
+    return flat_run(subs, op.tensor(access.tensor).shape, names,
+                    lambda i: out[st.indices.index(i)])
+
+
+def flat_run(subs: list, shape: tuple, names, extent) -> bool:
+    """``names`` are consecutive axes of a tensor of ``shape`` read with subscripts
+    ``subs`` (an index's name, else None), in order, each after the first as long as
+    ``extent(name)``: one flat index addresses them."""
     if any(subs.count(i) != 1 for i in names):
         return False
     pos = [subs.index(i) for i in names]
     if pos != list(range(pos[0], pos[0] + len(pos))):
         return False
-    shape, out = op.tensor(access.tensor).shape, op.tensor(st.target).shape
-    return all(shape[p] == out[st.indices.index(i)] for p, i in zip(pos[1:], names[1:]))
+    return all(shape[p] == extent(i) for p, i in zip(pos[1:], names[1:]))
 
 
 def _size_expr(e: ir.Expr, dims: set[str]) -> bool:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from kdsl import ir
 
 from kdsl.backends.c.code import Block, If, Loop, Style, render_lines
-from kdsl.backends.c.contraction import Contraction
+from kdsl.backends.c.contraction import Contraction, flat_run
 from kdsl.backends.c.emit import CTYPE, LOAD, C, Var
 
 NARROW_PARALLEL_WORK = 1 << 16  # row blocks x K below which the narrow kernel runs serially
@@ -111,12 +111,8 @@ class Packed:
     def _collapsible(self, con, st, names, access: ir.Access) -> bool:
         """``names`` are consecutive axes of ``access``'s tensor, in order, with the
         extents of the indices: one flat index addresses them."""
-        subs = con.names(access)
-        pos = [subs.index(n) for n in names]
-        if pos != list(range(pos[0], pos[0] + len(pos))):
-            return False
-        shape = self.op.tensor(access.tensor).shape
-        return all(shape[p] == self._extent(con, st, n) for p, n in zip(pos[1:], names[1:]))
+        return flat_run(list(con.names(access)), self.op.tensor(access.tensor).shape, names,
+                        lambda n: self._extent(con, st, n))
 
     def _split(self, con, st, names, flat: str) -> tuple[list[str], dict]:
         """Lines computing each of ``names`` from their flat index, and their C names."""
